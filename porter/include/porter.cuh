@@ -1,0 +1,40 @@
+// Kernel Porter's device helpers for templates compiled by NVRTC without the CUDA toolkit's
+// headers: fixed-width integers, bf16 storage and conversions, and small PTX wrappers.
+#pragma once
+
+typedef unsigned char uint8_t;
+typedef unsigned short uint16_t;
+typedef unsigned int uint32_t;
+typedef unsigned long long uint64_t;
+typedef int int32_t;
+typedef long long int64_t;
+
+// bf16 is stored as its 16 bits; arithmetic happens in fp32.
+typedef uint16_t bf16_t;
+
+__device__ __forceinline__ float bf16_to_float(bf16_t v) {
+  return __uint_as_float(((uint32_t)v) << 16);
+}
+
+__device__ __forceinline__ bf16_t float_to_bf16(float f) {
+  uint16_t r;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(f));
+  return r;
+}
+
+// Two floats -> one 32-bit register holding (lo, hi) as bf16, round to nearest even.
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+__device__ __forceinline__ float2 unpack_bf16x2(uint32_t v) {
+  return make_float2(__uint_as_float(v << 16), __uint_as_float(v & 0xffff0000u));
+}
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+#define PORTER_CEIL_DIV(a, b) (((a) + (b) - 1) / (b))

@@ -1,0 +1,82 @@
+"""The values that flow between porter's steps and the store: job specs and trial records.
+
+Plain frozen dataclasses; the store (db/) persists them, the engine and workers create them.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# DESIGN.md's statuses, plus `compiled` for compile-only runs (no GPU for the architecture)
+STATUSES = ("infeasible", "compile_failed", "resource_rejected", "launch_failed", "wrong_result",
+            "timeout", "crashed", "measured", "compiled")
+JOB_STATUSES = ("queued", "running", "done", "failed", "cancelled")
+BACKENDS = ("gpu", "compile-only", "replay")
+SAMPLERS = ("tpe", "random", "cmaes", "gp", "grid", "auto")
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    template: str                    # name, or path of a template folder
+    arch: str
+    sizes: tuple[tuple[int, ...], ...]
+    trials: int | None = None        # budget in trials ...
+    minutes: float | None = None     # ... or in minutes (the first reached ends the job)
+    sampler: str = "auto"
+    seed: int = 0
+    backend: str = "gpu"
+    replay: str | None = None        # replay source: a Kernel Tuner cache or a porter recording
+    from_arch: str | None = None     # warm start from the best configurations on this arch
+    from_job: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["sizes"] = [list(s) for s in self.sizes]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "JobSpec":
+        d = dict(d)
+        d["sizes"] = tuple(tuple(int(x) for x in s) for s in d["sizes"])
+        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One problem size of one trial. Times in milliseconds (event medians)."""
+    size: tuple[int, ...]
+    ours_ms: float
+    ours_spread: float = 0.0          # (p90 - p10) / median over repeats
+    baseline: str = ""                # e.g. "cublas(cupy)"
+    baseline_ms: float | None = None
+    ratio: float | None = None        # baseline_ms / ours_ms
+    error: float | None = None        # ||out - ref|| / ||ref||
+    tflops: float | None = None
+    gbps: float | None = None
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    number: int                        # the job's trial number (Optuna's when it proposed it)
+    params: dict[str, Any]
+    config_key: str
+    status: str
+    message: str = ""
+    backend: str = "gpu"
+    objective: float | None = None     # geometric mean of ours/baseline (or ms); lower is better
+    compile_seconds: float | None = None
+    compile_log: str = ""
+    registers: int | None = None
+    smem_bytes: int | None = None      # static + dynamic at the job's first size
+    spill_bytes: int | None = None
+    stack_frame: int | None = None
+    cubin_key: str | None = None
+    measurements: tuple[Measurement, ...] = ()
+    device: dict[str, Any] = field(default_factory=dict)
+    started_at: float | None = None    # unix seconds
+    finished_at: float | None = None
+    worker: str = ""
+
+    def __post_init__(self):
+        if self.status not in STATUSES:
+            raise ValueError(f"unknown trial status {self.status!r}")
