@@ -1,0 +1,144 @@
+"""The GPU backend: variants run in a child process, restarted after a crash or a hang.
+
+CUDA is initialised only in the child (spawned, never forked), so the parent stays safe to fork
+and survives whatever a kernel does. The child keeps inputs, references and baseline timings per
+problem size, so the baseline is timed in the same process on the same inputs as every variant.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+
+from ..records import Measurement
+from .base import Backend, Outcome
+
+STICKY = ("illegal", "misaligned", "out of memory", "hardware stack", "assert", "exception",
+          "unspecified launch failure", "illegal instruction", "invalid program counter")
+
+
+def gpu_available() -> bool:
+    """True when a CUDA device is visible; checked in a child so this process never holds CUDA."""
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(1) as pool:
+        try:
+            return pool.apply_async(_probe).get(timeout=120)
+        except Exception:
+            return False
+
+
+def local_cc() -> tuple[int, int] | None:
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(1) as pool:
+        try:
+            return pool.apply_async(_probe_cc).get(timeout=120)
+        except Exception:
+            return None
+
+
+def _probe_cc():
+    import cupy as cp
+    p = cp.cuda.runtime.getDeviceProperties(0)
+    return (p["major"], p["minor"])
+
+
+def _probe() -> bool:
+    try:
+        import cupy as cp
+        return cp.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        return False
+
+
+class GpuBackend(Backend):
+    name = "gpu"
+
+    def __init__(self, timeout_s: float = 30.0, seed: int = 0, min_repeats: int = 10,
+                 max_repeats: int = 200, target_ms: float = 40.0):
+        self.timeout_s = timeout_s
+        self.opts = dict(seed=seed, min_repeats=min_repeats, max_repeats=max_repeats,
+                         target_ms=target_ms)
+        self._ctx = mp.get_context("spawn")
+        self._proc = None
+        self._conn = None
+        self._device: dict = {}
+
+    # ---- child management -----------------------------------------------------------
+    def _start(self):
+        parent, child = self._ctx.Pipe()
+        from . import gpu_child
+        self._proc = self._ctx.Process(target=gpu_child.main, args=(child, self.opts),
+                                       daemon=True)
+        self._proc.start()
+        child.close()
+        self._conn = parent
+        if not self._conn.poll(180):
+            self._kill()
+            raise RuntimeError("the measuring process did not start within 180 s")
+        hello = self._conn.recv()
+        if "error" in hello:
+            self._kill()
+            raise RuntimeError(f"the measuring process could not use the GPU: {hello['error']}")
+        self._device = hello.get("device", {})
+
+    def _kill(self):
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.join(10)
+        self._proc = self._conn = None
+
+    def device_info(self) -> dict:
+        if self._proc is None:
+            self._start()
+        return dict(self._device)
+
+    def close(self):
+        if self._proc is not None and self._proc.is_alive():
+            try:
+                self._conn.send(None)
+                self._proc.join(5)
+            except (BrokenPipeError, OSError):
+                pass
+        self._kill()
+
+    # ---- one trial --------------------------------------------------------------------
+    def measure(self, template, arch, config, compiled, sizes) -> Outcome:
+        if self._proc is None or not self._proc.is_alive():
+            self._start()
+        job = {
+            "cubin": compiled.cubin_path, "kernel": template.kernel, "op": template.op,
+            "rtol": template.rtol, "sizes": [],
+        }
+        for size in sizes:
+            launch = template.launch(config, arch, size)
+            env = template.env(config, arch, size)
+            job["sizes"].append({
+                "size": tuple(size), "grid": launch.grid, "block": launch.block,
+                "smem": launch.smem, "cluster": launch.cluster,
+                "workspace": template.workspace_bytes(config, arch, size),
+                "flops": template.metric("flops", config, arch, size),
+                "bytes": template.metric("bytes", config, arch, size),
+                "tensor_maps": [(tm.buffer, tuple(int(b(env)) for b in tm.box), tm.swizzle)
+                                for tm in template.tensor_maps],
+            })
+        try:
+            self._conn.send(job)
+        except (BrokenPipeError, OSError):
+            self._kill()
+            return Outcome("crashed", "the measuring process had died; restarted")
+        deadline = self.timeout_s * max(1, len(sizes))
+        if not self._conn.poll(deadline):
+            self._kill()
+            return Outcome("timeout", f"no answer within {deadline:.0f} s; the measuring "
+                           "process was killed and restarted", device=self._device)
+        try:
+            reply = self._conn.recv()
+        except (EOFError, OSError):
+            code = self._proc.exitcode if self._proc else None
+            self._kill()
+            return Outcome("crashed", f"the kernel took its process down (exit code {code})",
+                           device=self._device)
+        if reply.get("restart"):
+            self._kill()
+        ms = tuple(Measurement(**m) for m in reply.get("measurements", ()))
+        return Outcome(reply["status"], reply.get("message", ""), ms,
+                       reply.get("device", self._device), reply.get("busy_ms", 0.0))

@@ -1,0 +1,221 @@
+"""The `porter` command (typer + rich). Errors a user can cause print one line and exit 2."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .errors import PorterError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Port GPU kernel templates to new architectures and tune them there.")
+console = Console()
+err_console = Console(stderr=True)
+
+DbOpt = typer.Option(None, "--db", help="database URL (default: PORTER_DB_URL or sqlite:///porter.db)")
+TplDirOpt = typer.Option(None, "--templates-dir", help="extra folder of templates")
+
+
+def _store(db):
+    from .store import open_store
+    return open_store(db)
+
+
+@app.command()
+def templates(templates_dir: Optional[list[Path]] = TplDirOpt):
+    """List templates with their op, parameters and supported architectures."""
+    from .template import discover, load_template
+    table = Table("template", "op", "parameters", "space", "architectures", "folder")
+    for name, folder in sorted(discover(templates_dir).items()):
+        try:
+            t = load_template(folder)
+        except PorterError as e:
+            table.add_row(name, "-", f"[red]{e}[/red]", "", "", str(folder))
+            continue
+        table.add_row(t.name, t.op, ", ".join(t.params), str(t.space_size()),
+                      " ".join(t.supported_archs()), str(folder))
+    console.print(table)
+
+
+def _port_options(f):
+    return f
+
+
+@app.command()
+def port(template: str = typer.Argument(..., help="template name or folder"),
+         arch: str = typer.Option(..., "--arch", help="target architecture, e.g. sm_90a"),
+         sizes: Optional[list[str]] = typer.Option(None, "--sizes", help="problem size, e.g. 4096x4096x4096 (repeatable)"),
+         trials: Optional[int] = typer.Option(None, "--trials"),
+         minutes: Optional[float] = typer.Option(None, "--minutes"),
+         sampler: str = typer.Option("auto", "--sampler"),
+         seed: int = typer.Option(0, "--seed"),
+         backend: str = typer.Option("gpu", "--backend", help="gpu | compile-only | replay"),
+         replay: Optional[str] = typer.Option(None, "--replay", help="recording or Kernel Tuner cache for --backend replay"),
+         from_arch: Optional[str] = typer.Option(None, "--from-arch"),
+         from_job: Optional[int] = typer.Option(None, "--from-job"),
+         resume: Optional[int] = typer.Option(None, "--resume", help="resume an interrupted job"),
+         workers: Optional[int] = typer.Option(None, "--workers", help="compile processes"),
+         db: Optional[str] = DbOpt, templates_dir: Optional[list[Path]] = TplDirOpt):
+    """Run a porting job here and now, with a live progress bar."""
+    from .run import port_here
+    port_here(template, arch, sizes, trials, minutes, sampler, seed, backend, replay,
+              from_arch, from_job, resume, workers, db, templates_dir, console)
+
+
+@app.command()
+def jobs(db: Optional[str] = DbOpt, limit: int = typer.Option(50, "--limit")):
+    """Jobs with their status and progress."""
+    store = _store(db)
+    table = Table("job", "template", "arch", "backend", "status", "trials", "measured",
+                  "best ratio", "message")
+    for j in store.list_jobs(limit):
+        table.add_row(str(j.id), j.template_name, j.spec.arch, j.spec.backend, j.status,
+                      str(j.n_trials), str(j.n_measured),
+                      f"{j.best_ratio:.3f}" if j.best_ratio else "-", j.message[:60])
+    console.print(table)
+
+
+@app.command()
+def show(job: int, db: Optional[str] = DbOpt, top: int = typer.Option(10, "--top")):
+    """The top configurations of a job, with measurements and resource use."""
+    from .run import print_best
+    store = _store(db)
+    info = store.get_job(job)
+    console.print(f"job {info.id}: {info.template_name} on {info.spec.arch}, {info.status}"
+                  f" ({info.message})")
+    print_best(console, store.best_trials(job, top))
+
+
+@app.command()
+def best(template: str, arch: str = typer.Option(..., "--arch"), db: Optional[str] = DbOpt,
+         top: int = typer.Option(5, "--top")):
+    """The best configurations of a template on an architecture, over all its jobs."""
+    from .run import print_best
+    store = _store(db)
+    rows = []
+    for j in store.list_jobs(1000):
+        if j.template_name == template and j.spec.arch == arch:
+            rows += store.best_trials(j.id, top)
+    rows.sort(key=lambda t: t.objective)
+    print_best(console, rows[:top])
+
+
+@app.command()
+def export(job: int, fmt: str = typer.Option("cu", "--format", help="cu, cubin, ptx, fatbin, python, header, json, kt-cache"),
+           out: Path = typer.Option(Path("export"), "-o", "--out"), db: Optional[str] = DbOpt):
+    """Export the tuned kernels of a job."""
+    from .export import export as do_export
+    paths = do_export(_store(db), job, fmt, out)
+    for p in paths:
+        console.print(str(p))
+
+
+@app.command()
+def record(job: int, out: Path = typer.Option(..., "-o", "--out"), db: Optional[str] = DbOpt):
+    """Write a job's measurements as a replay recording (.json or .json.gz)."""
+    import gzip
+    from .backends.replay import recording
+    from .template import find_template
+    store = _store(db)
+    info = store.get_job(job)
+    tpl = find_template(info.spec.template)
+    trials = store.trials(job)
+    dev = next((t.device for t in trials if t.status == "measured"), {})
+    data = json.dumps(recording(tpl.name, info.spec.arch, tpl.param_names, dev, trials))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    (gzip.open(out, "wt") if out.suffix == ".gz" else open(out, "w")).write(data)
+    console.print(f"{out}: {len(trials)} trials")
+
+
+def _service():
+    from .store import plugin
+    return plugin("service")()
+
+
+@app.command()
+def submit(template: str, arch: str = typer.Option(..., "--arch"),
+           sizes: Optional[list[str]] = typer.Option(None, "--sizes"),
+           trials: Optional[int] = typer.Option(None, "--trials"),
+           minutes: Optional[float] = typer.Option(None, "--minutes"),
+           sampler: str = typer.Option("auto", "--sampler"), seed: int = typer.Option(0, "--seed"),
+           backend: str = typer.Option("gpu", "--backend"),
+           replay: Optional[str] = typer.Option(None, "--replay"),
+           from_arch: Optional[str] = typer.Option(None, "--from-arch"),
+           from_job: Optional[int] = typer.Option(None, "--from-job"),
+           db: Optional[str] = DbOpt, templates_dir: Optional[list[Path]] = TplDirOpt):
+    """Record a job and queue it for the service's workers; prints the job id."""
+    from .jobs import make_spec
+    spec, tpl, _ = make_spec(template, arch, sizes, trials, minutes, sampler, seed, backend,
+                             replay, from_arch, from_job, templates_dir)
+    job_id = _service().submit(spec, db)
+    console.print(job_id)
+
+
+@app.command()
+def worker(queues: str = typer.Option("compile", "--queues"), db: Optional[str] = DbOpt,
+           concurrency: Optional[int] = typer.Option(None, "--concurrency")):
+    """Start a Celery worker: `compile` (CPU) and/or `gpu.<arch>` (one per GPU)."""
+    _service().worker(queues.split(","), db, concurrency)
+
+
+@app.command()
+def status(job: int, db: Optional[str] = DbOpt):
+    """Progress and best-so-far of one job."""
+    store = _store(db)
+    j = store.get_job(job)
+    console.print(f"job {j.id} {j.template_name} {j.spec.arch}: {j.status}; {j.n_trials} trials,"
+                  f" {j.n_measured} measured; best ratio "
+                  f"{j.best_ratio:.3f}" if j.best_ratio else f"job {j.id} {j.template_name} "
+                  f"{j.spec.arch}: {j.status}; {j.n_trials} trials, {j.n_measured} measured")
+
+
+@app.command()
+def cancel(job: int, db: Optional[str] = DbOpt):
+    """Ask a job to stop; it stops within one trial."""
+    _service().cancel(job, db)
+    console.print(f"job {job}: cancel requested")
+
+
+@app.command()
+def dashboard(db: Optional[str] = DbOpt, port: int = typer.Option(8501, "--port"),
+              address: str = typer.Option("127.0.0.1", "--address")):
+    """Serve the Streamlit dashboard on localhost."""
+    import importlib.util
+    import os
+    import subprocess
+    spec = importlib.util.find_spec("dashboard.app")
+    if spec is None or not spec.origin:
+        raise PorterError("the dashboard is not installed; pip install -e '.[dashboard]'")
+    env = dict(os.environ)
+    if db:
+        env["PORTER_DB_URL"] = db
+    raise SystemExit(subprocess.call([sys.executable, "-m", "streamlit", "run", spec.origin,
+                                      "--server.address", address, "--server.port", str(port),
+                                      "--server.headless", "true"], env=env))
+
+
+def main():
+    try:
+        app(standalone_mode=False)
+    except PorterError as e:
+        err_console.print(f"error: {e}", markup=False, highlight=False)
+        raise SystemExit(2)
+    except typer.Exit as e:
+        raise SystemExit(e.exit_code)
+    except typer.Abort:
+        raise SystemExit(130)
+    except Exception as e:  # click's usage errors
+        import click
+        if isinstance(e, click.ClickException):
+            e.show()
+            raise SystemExit(2)
+        raise
+
+
+if __name__ == "__main__":
+    main()
