@@ -72,12 +72,24 @@ def db_url(url: str | None = None) -> str:
     return url or os.environ.get("PORTER_DB_URL") or DEFAULT_DB_URL
 
 
+# the entry points pyproject.toml registers, for a checkout used without installing it
+_DEFAULT_PLUGINS = {"store": "db.store:open_store", "service": "workers.service:service"}
+
+
 def plugin(name: str):
     eps = entry_points(group="porter.plugins", name=name)
-    if not eps:
-        raise StoreError(f"the '{name}' plugin is not installed; reinstall the project "
-                         "(pip install -e .)")
-    return next(iter(eps)).load()
+    if eps:
+        return next(iter(eps)).load()
+    if name in _DEFAULT_PLUGINS:
+        import importlib
+        module, attr = _DEFAULT_PLUGINS[name].split(":")
+        try:
+            return getattr(importlib.import_module(module), attr)
+        except ImportError as e:
+            raise StoreError(f"the '{name}' plugin cannot be loaded ({e}); install the "
+                             "project (pip install -e .)") from e
+    raise StoreError(f"the '{name}' plugin is not installed; reinstall the project "
+                     "(pip install -e .)")
 
 
 def open_store(url: str | None = None) -> Store:
