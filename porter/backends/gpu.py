@@ -61,6 +61,7 @@ class GpuBackend(Backend):
         self._proc = None
         self._conn = None
         self._device: dict = {}
+        self.fresh_baseline = False   # re-time the vendor baseline next to every variant
 
     # ---- child management -----------------------------------------------------------
     def _start(self):
@@ -106,7 +107,7 @@ class GpuBackend(Backend):
             self._start()
         job = {
             "cubin": compiled.cubin_path, "kernel": template.kernel, "op": template.op,
-            "rtol": template.rtol, "sizes": [],
+            "rtol": template.rtol, "sizes": [], "fresh_baseline": self.fresh_baseline,
         }
         for size in sizes:
             launch = template.launch(config, arch, size)

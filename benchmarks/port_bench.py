@@ -1,0 +1,146 @@
+"""Tunes templates on the GPU with `porter port`'s engine, then times each size's best
+configuration against the vendor baseline side by side in one process, and writes DESIGN.md's
+results records. Run on a GPU machine:
+
+    python benchmarks/port_bench.py --out DIR [--only gemm_mma,rmsnorm,planted] [--trials N]
+
+Writes DIR/porter.db (the jobs), DIR/results_<template>.json (records), DIR/<template>_h200.json.gz
+(replay recordings for CI) and prints a table.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import gzip
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from porter.arch import get_arch  # noqa: E402
+from porter.backends.gpu import GpuBackend  # noqa: E402
+from porter.backends.replay import recording  # noqa: E402
+from porter.engine import Engine  # noqa: E402
+from porter.jobs import make_spec, template_record  # noqa: E402
+from porter.store import open_store  # noqa: E402
+
+JOBS = {
+    "gemm_mma": dict(sizes=["4096x4096x4096", "8192x8192x8192"], trials=100),
+    "rmsnorm": dict(sizes=["16384x4096", "32768x8192", "4096x16384"], trials=60),
+    "planted": dict(sizes=["1024x1024"], trials=8, templates_dir="tests/data/templates"),
+    "gemm_wgmma": dict(sizes=["4096x4096x4096", "8192x8192x8192"], trials=100),
+}
+
+
+def copy_gbps() -> float:
+    import cupy as cp
+    n = 1 << 30
+    a, b = cp.ones(n // 4, cp.float32), cp.empty(n // 4, cp.float32)
+    ts = []
+    for _ in range(20):
+        s, e = cp.cuda.Event(), cp.cuda.Event()
+        s.record()
+        b[...] = a
+        e.record()
+        e.synchronize()
+        ts.append(cp.cuda.get_elapsed_time(s, e))
+    return 2 * n / statistics.median(ts[2:]) / 1e6
+
+
+def side_by_side(tpl, arch, config, size, repeats=5):
+    """Ours and the baseline timed alternately in one child process; medians."""
+    be = GpuBackend(seed=123)
+    be.fresh_baseline = True
+    rows = []
+    try:
+        from porter.compile import compile_variant
+        compiled = compile_variant(tpl, config, arch)
+        for _ in range(repeats):
+            out = be.measure(tpl, arch, config, compiled, [size])
+            if out.status != "measured":
+                return None, out
+            rows.append(out.measurements[0])
+    finally:
+        be.close()
+    med = lambda xs: statistics.median(xs)  # noqa: E731
+    m = rows[0]
+    return {"ours_ms": med([r.ours_ms for r in rows]),
+            "baseline": m.baseline, "baseline_ms": med([r.baseline_ms for r in rows]),
+            "ratio": med([r.ratio for r in rows]),
+            "ratio_min": min(r.ratio for r in rows), "ratio_max": max(r.ratio for r in rows),
+            "tflops": med([r.tflops for r in rows]) if m.tflops else None,
+            "gbps": med([r.gbps for r in rows]) if m.gbps else None,
+            "error": max(r.error for r in rows)}, out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--only", default="gemm_mma,rmsnorm,planted")
+    ap.add_argument("--trials", type=int, default=None)
+    ap.add_argument("--sampler", default="auto")
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    store = open_store(f"sqlite:///{out / 'porter.db'}")
+    bw = copy_gbps()
+    print(f"device-to-device copy: {bw:.0f} GB/s", flush=True)
+    table = []
+    for name in args.only.split(","):
+        cfg = JOBS[name]
+        tdir = [Path(cfg["templates_dir"])] if "templates_dir" in cfg else None
+        spec, tpl, arch = make_spec(name, "sm_90a", cfg["sizes"], args.trials or cfg["trials"],
+                                    sampler=args.sampler, templates_dir=tdir)
+        src, space = template_record(tpl)
+        job = store.create_job(spec, tpl.name, tpl.source_hash, src, space, status="running")
+        be = GpuBackend(seed=1)
+        t0 = time.time()
+        try:
+            summary = Engine(store, tpl, arch, be).run(job, spec)
+        finally:
+            be.close()
+        trials = store.trials(job)
+        dev = next((t.device for t in trials if t.status == "measured"), {})
+        print(f"{name}: job {job} {summary.counts} wall {summary.wall_s:.1f}s gpu share "
+              f"{summary.gpu_share:.2f} compiled {summary.compiled} in {summary.compile_s:.1f}"
+              " core-s", flush=True)
+        with gzip.open(out / f"{name}_h200.json.gz", "wt") as f:
+            json.dump(recording(tpl.name, arch.name, tpl.param_names, dev, trials), f)
+        stats = {"job": job, "counts": summary.counts, "wall_s": summary.wall_s,
+                 "gpu_share": summary.gpu_share, "compiled": summary.compiled,
+                 "compile_core_s": summary.compile_s, "trials": len(trials)}
+        records = []
+        for size in spec.sizes:
+            cands = [t for t in trials if t.status == "measured"]
+            best = min(cands, key=lambda t: next(m.ours_ms for m in t.measurements
+                                                 if m.size == tuple(size)), default=None)
+            if best is None:
+                continue
+            res, _ = side_by_side(tpl, arch, best.params, size)
+            if res is None:
+                continue
+            rec = {"template": name, "arch": arch.name, "gpu": dev.get("gpu", ""),
+                   "driver": dev.get("driver", ""), "date": datetime.date.today().isoformat(),
+                   "shape": list(size), "params": best.params, **res,
+                   "nvrtc": dev.get("nvrtc", ""), "job": stats}
+            if tpl.op == "rmsnorm":
+                rec["copy_gbps"] = bw
+                rec["gbps_over_copy"] = res["gbps"] / bw
+            records.append(rec)
+            table.append(f"{name:10s} {'x'.join(map(str, size)):>16s} ours {res['ours_ms']:.4f} "
+                         f"ms  {res['baseline']} {res['baseline_ms']:.4f} ms  ratio "
+                         f"{res['ratio']:.3f}" + (f"  {res['gbps']:.0f} GB/s ({res['gbps']/bw:.2f}"
+                                                   " of copy)" if tpl.op == "rmsnorm" else
+                                                   f"  {res['tflops'] or 0:.0f} TFLOP/s"))
+        if name == "planted":
+            records.append({"template": name, "statuses": {t.config_key: t.status
+                                                           for t in trials}, "job": stats})
+        (out / f"results_{name}.json").write_text(json.dumps(records, indent=1))
+    print("\n".join(table))
+
+
+if __name__ == "__main__":
+    main()
