@@ -15,7 +15,6 @@ import gzip
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -30,7 +29,8 @@ from porter.store import open_store  # noqa: E402
 JOBS = {
     "gemm_mma": dict(sizes=["4096x4096x4096", "8192x8192x8192"], trials=100),
     "rmsnorm": dict(sizes=["16384x4096", "32768x8192", "4096x16384"], trials=60),
-    "planted": dict(sizes=["1024x1024"], trials=8, templates_dir="tests/data/templates"),
+    "planted": dict(sizes=["1024x1024"], trials=8, templates_dir="tests/data/templates",
+                    timeout=10),
     "gemm_wgmma": dict(sizes=["4096x4096x4096", "8192x8192x8192"], trials=100),
 }
 
@@ -96,8 +96,7 @@ def main():
                                     sampler=args.sampler, templates_dir=tdir)
         src, space = template_record(tpl)
         job = store.create_job(spec, tpl.name, tpl.source_hash, src, space, status="running")
-        be = GpuBackend(seed=1)
-        t0 = time.time()
+        be = GpuBackend(seed=1, timeout_s=cfg.get("timeout", 30))
         try:
             summary = Engine(store, tpl, arch, be).run(job, spec)
         finally:

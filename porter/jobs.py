@@ -66,3 +66,22 @@ def make_backend(spec: JobSpec, arch: Arch, hold: bool = False) -> tuple[Backend
 def template_record(tpl: Template) -> tuple[str, str]:
     """(source, space file text) as stored with the job."""
     return tpl.source, (tpl.folder / "space.toml").read_text()
+
+
+def probe_compile(tpl: Template, arch: Arch, sizes) -> None:
+    """Compiles the first feasible configuration, so a template whose source cannot compile is
+    refused in one line before a job is recorded."""
+    from .check import static_check
+    from .compile import compile_variant
+    from .errors import TemplateError
+    for config in tpl.iter_configs():
+        if static_check(tpl, arch, config, sizes) is None:
+            res = compile_variant(tpl, config, arch)
+            if not res.ok:
+                first = next((ln.strip() for ln in res.log.splitlines() if "error" in ln),
+                             res.log.strip()[:200])
+                raise TemplateError(f"template {tpl.name!r} does not compile for {arch.name}: "
+                                    f"{first}")
+            return
+    raise TemplateError(f"template {tpl.name!r} has no configuration that fits {arch.name} "
+                        "at these sizes")

@@ -31,7 +31,7 @@ def warm_start_configs(store: Store, template_name: str, from_arch: str | None,
 def port_here(template, arch, sizes, trials, minutes, sampler, seed, backend, replay, from_arch,
               from_job, resume, workers, db, templates_dir, console: Console):
     from .engine import Engine
-    from .jobs import make_backend, make_spec, template_record
+    from .jobs import make_backend, make_spec, probe_compile, template_record
     from .store import open_store
     from .template import find_template
     from .arch import get_arch
@@ -45,6 +45,8 @@ def port_here(template, arch, sizes, trials, minutes, sampler, seed, backend, re
     else:
         spec, tpl, a = make_spec(template, arch, sizes, trials, minutes, sampler, seed, backend,
                                  replay, from_arch, from_job, templates_dir)
+    if spec.backend != "replay":
+        probe_compile(tpl, a, spec.sizes)
     be, note = make_backend(spec, a)
     if note:
         console.print(f"[yellow]{note}[/yellow]")
