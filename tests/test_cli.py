@@ -1,0 +1,101 @@
+"""The `porter` command as a user runs it: bad input gets one line and exit status 2, and
+leaves nothing in the database."""
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PLANTED = ROOT / "tests" / "data" / "templates" / "planted"
+
+
+def porter(*args, db, cache, env_extra=None, timeout=600):
+    env = dict(os.environ, PORTER_DB_URL=f"sqlite:///{db}", PORTER_CACHE_DIR=str(cache))
+    env.update(env_extra or {})
+    return subprocess.run([sys.executable, "-m", "porter.cli", *args], capture_output=True,
+                          text=True, env=env, timeout=timeout, cwd=ROOT)
+
+
+def rows(db, table):
+    if not Path(db).exists():
+        return 0
+    with sqlite3.connect(db) as c:
+        try:
+            return c.execute(f"select count(*) from {table}").fetchone()[0]
+        except sqlite3.OperationalError:
+            return 0
+
+
+@pytest.fixture
+def env(tmp_path):
+    return {"db": tmp_path / "p.db", "cache": tmp_path / "cache"}
+
+
+def bad_template(tmp_path, space_edit=None, source_edit=None):
+    d = tmp_path / "bad"
+    shutil.copytree(PLANTED, d)
+    if space_edit:
+        (d / "space.toml").write_text(space_edit((d / "space.toml").read_text()))
+    if source_edit:
+        (d / "kernel.cu").write_text(source_edit((d / "kernel.cu").read_text()))
+    return d
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["port", "nope", "--arch", "sm_90a"], "unknown template 'nope'"),
+    (["port", "rmsnorm", "--arch", "sm_42"], "unknown architecture 'sm_42'"),
+    (["port", "rmsnorm", "--arch", "sm_90a", "--sizes", "12x"], "malformed size '12x'"),
+    (["port", "rmsnorm", "--arch", "sm_90a", "--sampler", "magic"], "unknown sampler"),
+    (["port", "rmsnorm", "--arch", "sm_90a", "--trials", "0"], "--trials must be"),
+])
+def test_bad_input_one_line_exit_2(env, args, needle):
+    r = porter(*args, **env)
+    assert r.returncode == 2, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and needle in lines[0], r.stderr
+    assert rows(env["db"], "trials") == 0 and rows(env["db"], "jobs") == 0
+
+
+def test_template_that_does_not_compile(env, tmp_path):
+    d = bad_template(tmp_path, source_edit=lambda s: s.replace("float ss = 0.f;", "flot ss;"))
+    r = porter("port", str(d), "--arch", "sm_90a", "--trials", "2", **env)
+    assert r.returncode == 2
+    assert "does not compile for sm_90a" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert rows(env["db"], "jobs") == 0
+
+
+def test_constraint_with_unknown_parameter(env, tmp_path):
+    d = bad_template(tmp_path, lambda s: s + '\n[constraints]\nlist = ["TILE > 2"]\n')
+    r = porter("port", str(d), "--arch", "sm_90a", **env)
+    assert r.returncode == 2 and "unknown parameter(s) TILE" in r.stderr
+    assert rows(env["db"], "jobs") == 0
+
+
+def test_include_outside_project(env, tmp_path):
+    d = bad_template(tmp_path, source_edit=lambda s: '#include "../../secret.h"\n' + s)
+    r = porter("port", str(d), "--arch", "sm_90a", **env)
+    assert r.returncode == 2 and "outside the project's include folder" in r.stderr
+    assert rows(env["db"], "jobs") == 0
+
+
+def test_missing_feature_is_one_sentence(env, tmp_path):
+    d = bad_template(tmp_path, lambda s: s.replace('version = "1"',
+                                                   'version = "1"\nrequires = ["wgmma"]'))
+    r = porter("port", str(d), "--arch", "sm_80", **env)
+    assert r.returncode == 2
+    assert r.stderr.strip() == "error: template 'planted' needs wgmma, which sm_80 does not have"
+
+
+def test_compile_only_port_records_every_trial(env):
+    r = porter("port", str(PLANTED), "--arch", "sm_90a", "--trials", "8", **env)
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert "compile-only" in r.stdout
+    with sqlite3.connect(env["db"]) as c:
+        statuses = [s for (s,) in c.execute("select status from trials")]
+    assert len(statuses) == 8 and set(statuses) == {"compiled"}
+    r = porter("jobs", **env)
+    assert r.returncode == 0 and "planted" in r.stdout

@@ -1,0 +1,96 @@
+"""The job loop end to end without a GPU: compile-only and replayed runs, resume."""
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from porter.backends.base import CompileOnlyBackend
+from porter.backends.replay import ReplayBackend, recording
+from porter.engine import Engine
+from porter.jobs import make_spec, template_record
+from porter.records import Measurement, TrialRecord
+from porter.store import open_store
+
+ROOT = Path(__file__).resolve().parents[1]
+PLANTED = ROOT / "tests" / "data" / "templates" / "planted"
+REPLAY = ROOT / "tests" / "data" / "replay"
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    monkeypatch.setenv("PORTER_CACHE_DIR", str(tmp_path / "cache"))
+    return open_store(f"sqlite:///{tmp_path / 'p.db'}")
+
+
+def new_job(store, spec, tpl):
+    src, space = template_record(tpl)
+    return store.create_job(spec, tpl.name, tpl.source_hash, src, space)
+
+
+def test_compile_only_records_resources(store):
+    spec, tpl, arch = make_spec(str(PLANTED), "sm_90a", trials=4, backend="compile-only")
+    job = new_job(store, spec, tpl)
+    summary = Engine(store, tpl, arch, CompileOnlyBackend(), workers=2).run(job, spec)
+    trials = store.trials(job)
+    assert summary.status == "done" and len(trials) == 4
+    assert {t.status for t in trials} == {"compiled"}
+    for t in trials:
+        assert "compile-only" in t.message
+        assert t.registers and t.registers > 0 and t.spill_bytes == 0
+        assert t.smem_bytes == 4 * t.params["THREADS"] // 32   # the static reduction buffer
+    assert store.get_job(job).status == "done"
+
+
+def _fake_recording(tmp_path, tpl, statuses):
+    """A tiny recording for the replay path's own mechanics (the real H200 recordings are used
+    wherever results matter)."""
+    trials = []
+    for i, (cfg, status) in enumerate(statuses):
+        ms = (Measurement(size=(1024, 1024), ours_ms=0.01 * (i + 1), baseline="torch",
+                          baseline_ms=0.02, ratio=0.02 / (0.01 * (i + 1))),) \
+            if status == "measured" else ()
+        trials.append(TrialRecord(number=i, params=cfg, config_key=tpl.config_key(cfg),
+                                  status=status, measurements=ms))
+    path = tmp_path / "rec.json.gz"
+    with gzip.open(path, "wt") as f:
+        json.dump(recording(tpl.name, "sm_90a", tpl.param_names, {"gpu": "test"}, trials), f)
+    return path
+
+
+def test_replay_and_resume(store, tmp_path):
+    _, tpl, _ = make_spec(str(PLANTED), "sm_90a")
+    statuses = [({"MODE": m, "THREADS": t}, s) for (m, s) in
+                [(0, "measured"), (1, "wrong_result"), (2, "crashed"), (3, "timeout")]
+                for t in (128, 256)]
+    rec = _fake_recording(tmp_path, tpl, statuses)
+    spec, tpl, arch = make_spec(str(PLANTED), "sm_90a", trials=3, backend="replay",
+                                replay=str(rec))
+    job = new_job(store, spec, tpl)
+    Engine(store, tpl, arch, ReplayBackend(rec)).run(job, spec)
+    first = store.trials(job)
+    assert len(first) == 3 and all(t.backend == "replay" for t in first)
+    # resume with a larger budget: earlier trials stay, nothing is proposed twice
+    spec2 = make_spec(str(PLANTED), "sm_90a", trials=8, backend="replay", replay=str(rec))[0]
+    Engine(store, tpl, arch, ReplayBackend(rec)).run(job, spec2)
+    trials = store.trials(job)
+    keys = [t.config_key for t in trials]
+    assert len(trials) == 8 and len(set(keys)) == 8
+    by_key = {t.config_key: t.status for t in trials}
+    assert by_key["1,128"] == "wrong_result" and by_key["2,256"] == "crashed"
+    best = store.best_trials(job, 1)[0]
+    assert best.params["MODE"] == 0 and best.objective == pytest.approx(0.5)
+
+
+@pytest.mark.skipif(not (REPLAY / "gemm_mma_h200.json.gz").exists(),
+                    reason="the H200 recording of gemm_mma is not in the tree")
+def test_replayed_gemm_mma_port_finds_good_configs(store):
+    rec = REPLAY / "gemm_mma_h200.json.gz"
+    spec, tpl, arch = make_spec("gemm_mma", "sm_90a", ["4096x4096x4096"], trials=40,
+                                backend="replay", replay=str(rec))
+    job = new_job(store, spec, tpl)
+    Engine(store, tpl, arch, ReplayBackend(rec)).run(job, spec)
+    trials = store.trials(job)
+    assert len([t for t in trials if t.status != "infeasible"]) == 40
+    measured = [t for t in trials if t.status == "measured"]
+    assert measured and all(t.measurements[0].ratio > 0 for t in measured)
