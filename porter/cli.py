@@ -15,7 +15,6 @@ from .errors import PorterError
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Port GPU kernel templates to new architectures and tune them there.")
 console = Console()
-err_console = Console(stderr=True)
 
 DbOpt = typer.Option(None, "--db", help="database URL (default: PORTER_DB_URL or sqlite:///porter.db)")
 TplDirOpt = typer.Option(None, "--templates-dir", help="extra folder of templates")
@@ -203,7 +202,7 @@ def main():
     try:
         app(standalone_mode=False)
     except PorterError as e:
-        err_console.print(f"error: {e}", markup=False, highlight=False)
+        print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2)
     except typer.Exit as e:
         raise SystemExit(e.exit_code)

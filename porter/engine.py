@@ -69,7 +69,8 @@ class Engine:
     def searcher(self, job_id: int, spec: JobSpec, warm_start=()) -> Searcher:
         space = SearchSpace(self.template.params, self.feasible(spec.sizes))
         return Searcher(space, spec.sampler, spec.seed, storage=self.store.optuna_storage(),
-                        study_name=f"job-{job_id}", warm_start=warm_start)
+                        study_name=self.store.get_job(job_id).study_name or f"job-{job_id}",
+                        warm_start=warm_start)
 
     def run(self, job_id: int, spec: JobSpec, warm_start=()) -> JobSummary:
         store, tpl, arch = self.store, self.template, self.arch

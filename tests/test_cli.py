@@ -14,7 +14,7 @@ PLANTED = ROOT / "tests" / "data" / "templates" / "planted"
 
 
 def porter(*args, db, cache, env_extra=None, timeout=600):
-    env = dict(os.environ, PORTER_DB_URL=f"sqlite:///{db}", PORTER_CACHE_DIR=str(cache))
+    env = dict(os.environ, COLUMNS="200", PORTER_DB_URL=f"sqlite:///{db}", PORTER_CACHE_DIR=str(cache))
     env.update(env_extra or {})
     return subprocess.run([sys.executable, "-m", "porter.cli", *args], capture_output=True,
                           text=True, env=env, timeout=timeout, cwd=ROOT)
@@ -57,7 +57,7 @@ def test_bad_input_one_line_exit_2(env, args, needle):
     assert r.returncode == 2, r.stderr
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and needle in lines[0], r.stderr
-    assert rows(env["db"], "trials") == 0 and rows(env["db"], "jobs") == 0
+    assert rows(env["db"], "porter_trials") == 0 and rows(env["db"], "porter_jobs") == 0
 
 
 def test_template_that_does_not_compile(env, tmp_path):
@@ -65,21 +65,21 @@ def test_template_that_does_not_compile(env, tmp_path):
     r = porter("port", str(d), "--arch", "sm_90a", "--trials", "2", **env)
     assert r.returncode == 2
     assert "does not compile for sm_90a" in r.stderr and len(r.stderr.strip().splitlines()) == 1
-    assert rows(env["db"], "jobs") == 0
+    assert rows(env["db"], "porter_jobs") == 0
 
 
 def test_constraint_with_unknown_parameter(env, tmp_path):
     d = bad_template(tmp_path, lambda s: s + '\n[constraints]\nlist = ["TILE > 2"]\n')
     r = porter("port", str(d), "--arch", "sm_90a", **env)
     assert r.returncode == 2 and "unknown parameter(s) TILE" in r.stderr
-    assert rows(env["db"], "jobs") == 0
+    assert rows(env["db"], "porter_jobs") == 0
 
 
 def test_include_outside_project(env, tmp_path):
     d = bad_template(tmp_path, source_edit=lambda s: '#include "../../secret.h"\n' + s)
     r = porter("port", str(d), "--arch", "sm_90a", **env)
     assert r.returncode == 2 and "outside the project's include folder" in r.stderr
-    assert rows(env["db"], "jobs") == 0
+    assert rows(env["db"], "porter_jobs") == 0
 
 
 def test_missing_feature_is_one_sentence(env, tmp_path):
@@ -95,7 +95,7 @@ def test_compile_only_port_records_every_trial(env):
     assert r.returncode == 0, r.stderr + r.stdout
     assert "compile-only" in r.stdout
     with sqlite3.connect(env["db"]) as c:
-        statuses = [s for (s,) in c.execute("select status from trials")]
+        statuses = [s for (s,) in c.execute("select status from porter_trials")]
     assert len(statuses) == 8 and set(statuses) == {"compiled"}
     r = porter("jobs", **env)
     assert r.returncode == 0 and "planted" in r.stdout

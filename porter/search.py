@@ -1,0 +1,158 @@
+"""Search over a template's space with Optuna's ask/tell.
+
+Optuna's samplers ("tpe", "random", "cmaes", "gp", "grid") are used as they are. The default,
+"auto", knows the feasible set, never proposes a configuration twice and uses the order of the
+values in each parameter: after a few random starts it proposes the unseen feasible
+configuration nearest (in index space) to one of the best so far, with some random restarts.
+Every proposal is an Optuna trial, so a study in the database is shared by several workers and
+an interrupted job resumes where it stopped.
+"""
+from __future__ import annotations
+
+import itertools
+import random
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
+
+import optuna
+
+from .errors import SpecError
+
+MAX_ENUMERATE = 2_000_000
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    params: Mapping[str, tuple]
+    is_feasible: Callable[[dict], bool]
+
+
+def _sampler(name: str, seed: int, space: SearchSpace):
+    s = optuna.samplers
+    if name == "tpe":
+        return s.TPESampler(seed=seed, constant_liar=True, multivariate=True)
+    if name == "random":
+        return s.RandomSampler(seed=seed)
+    if name == "cmaes":
+        return s.CmaEsSampler(seed=seed, warn_independent_sampling=False)
+    if name == "gp":
+        return s.GPSampler(seed=seed)
+    if name == "grid":
+        return s.GridSampler({k: list(v) for k, v in space.params.items()}, seed=seed)
+    if name == "auto":
+        return s.RandomSampler(seed=seed)   # only fills what enqueue_trial leaves open
+    raise SpecError(f"unknown sampler {name!r}")
+
+
+class Searcher:
+    def __init__(self, space: SearchSpace, sampler: str = "auto", seed: int = 0,
+                 storage=None, study_name: str | None = None, warm_start: Sequence[dict] = ()):
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self.space = space
+        self.names = tuple(space.params)
+        self.kind = sampler
+        self.rng = random.Random(seed)
+        self.study = optuna.create_study(
+            storage=storage, study_name=study_name, load_if_exists=True,
+            sampler=_sampler(sampler, seed, space), direction="minimize")
+        self._feasible: list[tuple] | None = None
+        self._warm = [dict(w) for w in warm_start
+                      if set(w) == set(self.names) and self._valid(w)]
+        self._own: set[int] = set()
+
+    # ---- helpers -------------------------------------------------------------------------
+    def _valid(self, cfg: Mapping) -> bool:
+        return all(cfg[n] in self.space.params[n] for n in self.names) and \
+            self.space.is_feasible(dict(cfg))
+
+    def _key(self, cfg: Mapping) -> tuple:
+        return tuple(cfg[n] for n in self.names)
+
+    def feasible(self) -> list[tuple]:
+        if self._feasible is None:
+            total = 1
+            for v in self.space.params.values():
+                total *= len(v)
+            if total > MAX_ENUMERATE:
+                raise SpecError(f"the space has {total} configurations; the auto sampler "
+                                f"enumerates at most {MAX_ENUMERATE}: pick --sampler tpe")
+            self._feasible = [vals for vals in itertools.product(*self.space.params.values())
+                              if self.space.is_feasible(dict(zip(self.names, vals)))]
+        return self._feasible
+
+    def _history(self):
+        seen, done = set(), []
+        for t in self.study.get_trials(deepcopy=False):
+            if set(t.params) != set(self.names):
+                continue
+            key = self._key(t.params)
+            seen.add(key)
+            if t.state == optuna.trial.TrialState.COMPLETE and t.value is not None:
+                done.append((t.value, key))
+        return seen, done
+
+    def _index(self, key: tuple) -> tuple:
+        return tuple(self.space.params[n].index(v) for n, v in zip(self.names, key))
+
+    # ---- proposals ---------------------------------------------------------------------
+    def _auto_proposal(self) -> tuple | None:
+        seen, done = self._history()
+        while self._warm:
+            w = self._key(self._warm.pop(0))
+            if w not in seen:
+                return w
+        unseen = [c for c in self.feasible() if c not in seen]
+        if not unseen:
+            return None
+        n_init = min(10, max(3, len(self.feasible()) // 50))
+        if len(done) < n_init or self.rng.random() < 0.15:
+            return self.rng.choice(unseen)
+        done.sort()
+        elites = [k for _, k in done[:5]]
+        weights = [1.0 / (i + 1) for i in range(len(elites))]
+        centre = self._index(self.rng.choices(elites, weights)[0])
+        spans = [max(1, len(self.space.params[n]) - 1) for n in self.names]
+
+        def dist(c):
+            ix = self._index(c)
+            return sum(abs(a - b) / s for a, b, s in zip(ix, centre, spans))
+        best_d = min(dist(c) for c in unseen)
+        return self.rng.choice([c for c in unseen if dist(c) <= best_d + 1e-9])
+
+    def ask(self) -> tuple[int, dict] | None:
+        """The next configuration and its trial number; None once nothing is left to try."""
+        if self.kind == "auto":
+            key = self._auto_proposal()
+            if key is None:
+                return None
+            self.study.enqueue_trial(dict(zip(self.names, key)), skip_if_exists=False)
+        for _ in range(1000 if self.kind != "auto" else 1):
+            trial = self.study.ask()
+            cfg = {n: trial.suggest_categorical(n, list(v))
+                   for n, v in self.space.params.items()}
+            seen, _ = self._history()
+            repeats = sum(1 for t in self.study.get_trials(deepcopy=False)
+                          if t.number != trial.number and set(t.params) == set(self.names)
+                          and self._key(t.params) == self._key(cfg))
+            if self.kind == "auto" or not repeats:
+                self._own.add(trial.number)
+                return trial.number, cfg
+            # an Optuna sampler repeated itself: that costs no evaluation
+            self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+            if self.kind == "grid" and len(seen) >= self._grid_size():
+                return None
+        return None
+
+    def _grid_size(self) -> int:
+        n = 1
+        for v in self.space.params.values():
+            n *= len(v)
+        return n
+
+    def tell(self, number: int, objective: float | None) -> None:
+        state = optuna.trial.TrialState.COMPLETE if objective is not None else \
+            optuna.trial.TrialState.FAIL
+        try:
+            self.study.tell(number, objective if objective is not None else None, state=state)
+        except (ValueError, RuntimeError):
+            pass  # already finished (another worker, or a resumed job)
