@@ -22,8 +22,8 @@ extern "C" __global__ void planted(const bf16_t* x, const bf16_t* w, bf16_t* y, 
   scale *= 2.0f;
 #endif
 #if MODE == 3
-  volatile int spin = 1;
-  while (spin) { }
+  // an empty endless loop may legally be removed; one with a side effect may not
+  for (;;) asm volatile("nanosleep.u32 1000;");
 #endif
   for (int c = threadIdx.x; c < cols; c += THREADS) {
     size_t i = (size_t)row * cols + c;
