@@ -64,7 +64,8 @@ class Engine:
         self.worker_name = worker_name
 
     def feasible(self, sizes):
-        return lambda cfg: static_check(self.template, self.arch, cfg, sizes) is None
+        return lambda cfg: self.backend.allows(cfg) and \
+            static_check(self.template, self.arch, cfg, sizes) is None
 
     def searcher(self, job_id: int, spec: JobSpec, warm_start=()) -> Searcher:
         space = SearchSpace(self.template.params, self.feasible(spec.sizes))

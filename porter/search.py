@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import time
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
@@ -58,7 +59,10 @@ class Searcher:
         self._feasible: list[tuple] | None = None
         self._warm = [dict(w) for w in warm_start
                       if set(w) == set(self.names) and self._valid(w)]
-        self._own: set[int] = set()
+        self._own: dict[int, tuple] = {}
+        self._seen: set[tuple] = set()
+        self._done: dict[tuple, float] = {}
+        self._synced = -1e9
 
     # ---- helpers -------------------------------------------------------------------------
     def _valid(self, cfg: Mapping) -> bool:
@@ -80,19 +84,25 @@ class Searcher:
                               if self.space.is_feasible(dict(zip(self.names, vals)))]
         return self._feasible
 
-    def _history(self):
-        seen, done = set(), []
-        for t in self.study.get_trials(deepcopy=False):
-            if set(t.params) != set(self.names):
-                continue
-            key = self._key(t.params)
-            seen.add(key)
-            if t.state == optuna.trial.TrialState.COMPLETE and t.value is not None:
-                done.append((t.value, key))
-        return seen, done
+    def _history(self, max_age: float = 2.0):
+        """Configurations already proposed (by any worker sharing the study) and the results.
+        Kept here and merged from the storage at most every `max_age` seconds."""
+        now = time.monotonic()
+        if now - self._synced > max_age:
+            self._synced = now
+            for t in self.study.get_trials(deepcopy=False):
+                if set(t.params) != set(self.names):
+                    continue
+                key = self._key(t.params)
+                self._seen.add(key)
+                if t.state == optuna.trial.TrialState.COMPLETE and t.value is not None:
+                    self._done[key] = t.value
+        return self._seen, sorted((v, k) for k, v in self._done.items())
 
     def _index(self, key: tuple) -> tuple:
-        return tuple(self.space.params[n].index(v) for n, v in zip(self.names, key))
+        if not hasattr(self, "_pos"):
+            self._pos = [{v: i for i, v in enumerate(self.space.params[n])} for n in self.names]
+        return tuple(p[v] for p, v in zip(self._pos, key))
 
     # ---- proposals ---------------------------------------------------------------------
     def _auto_proposal(self) -> tuple | None:
@@ -126,16 +136,17 @@ class Searcher:
             if key is None:
                 return None
             self.study.enqueue_trial(dict(zip(self.names, key)), skip_if_exists=False)
+        if self.kind != "auto":
+            self._history()
         for _ in range(1000 if self.kind != "auto" else 1):
             trial = self.study.ask()
             cfg = {n: trial.suggest_categorical(n, list(v))
                    for n, v in self.space.params.items()}
-            seen, _ = self._history()
-            repeats = sum(1 for t in self.study.get_trials(deepcopy=False)
-                          if t.number != trial.number and set(t.params) == set(self.names)
-                          and self._key(t.params) == self._key(cfg))
-            if self.kind == "auto" or not repeats:
-                self._own.add(trial.number)
+            key = self._key(cfg)
+            seen = self._seen
+            if self.kind == "auto" or key not in seen:
+                self._seen.add(key)
+                self._own[trial.number] = key
                 return trial.number, cfg
             # an Optuna sampler repeated itself: that costs no evaluation
             self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
@@ -152,6 +163,9 @@ class Searcher:
     def tell(self, number: int, objective: float | None) -> None:
         state = optuna.trial.TrialState.COMPLETE if objective is not None else \
             optuna.trial.TrialState.FAIL
+        key = self._own.pop(number, None)
+        if key is not None and objective is not None:
+            self._done[key] = objective
         try:
             self.study.tell(number, objective if objective is not None else None, state=state)
         except (ValueError, RuntimeError):

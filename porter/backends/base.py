@@ -30,6 +30,11 @@ class Backend(ABC):
     def device_info(self) -> dict:
         return {}
 
+    def allows(self, config: dict) -> bool:
+        """False for configurations this backend cannot evaluate (not in a replay recording),
+        so the search never spends its budget on them."""
+        return True
+
     def close(self) -> None:
         pass
 

@@ -63,6 +63,9 @@ class ReplayBackend(Backend):
         names = self.params or tuple(config)
         return ",".join(str(config[n]) for n in names)
 
+    def allows(self, config: dict) -> bool:
+        return self.key(config) in self.entries
+
     def measure(self, template, arch, config, compiled, sizes) -> Outcome:
         entry = self.entries.get(self.key(config))
         dev = self.device_info()
