@@ -53,7 +53,7 @@ class GpuBackend(Backend):
     name = "gpu"
 
     def __init__(self, timeout_s: float = 30.0, seed: int = 0, min_repeats: int = 10,
-                 max_repeats: int = 200, target_ms: float = 40.0):
+                 max_repeats: int = 300, target_ms: float = 80.0):
         self.timeout_s = timeout_s
         self.opts = dict(seed=seed, min_repeats=min_repeats, max_repeats=max_repeats,
                          target_ms=target_ms)
