@@ -107,6 +107,7 @@ class GpuBackend(Backend):
             self._start()
         job = {
             "cubin": compiled.cubin_path, "kernel": template.kernel, "op": template.op,
+            "template_dir": str(template.folder),
             "rtol": template.rtol, "sizes": [], "fresh_baseline": self.fresh_baseline,
         }
         for size in sizes:

@@ -81,6 +81,7 @@ class Child:
         self.cp = cp
         self.opts = opts
         self.modules: dict = {}
+        self.ops: dict = {}
         self.states: dict = {}          # (op, size) -> op state
         self.baseline: dict = {}        # (op, size) -> (name, median ms)
         self.flush = cp.empty(L2_FLUSH_BYTES // 4, dtype=cp.int32)
@@ -137,13 +138,17 @@ class Child:
     def run(self, job) -> dict:
         from ..ops import get_op
         cp = self.cp
-        op = get_op(job["op"])
+        op = self.ops.get((job["op"], job.get("template_dir")))
+        if op is None:
+            op = get_op(job["op"])
+            op.configure(job.get("template_dir", ""))
+            self.ops[(job["op"], job.get("template_dir"))] = op
         rtol = job["rtol"] or op.rtol
         try:
             if job["cubin"] not in self.modules:
                 mod = cp.RawModule(path=job["cubin"])
                 self.modules[job["cubin"]] = (mod, mod.get_function(job["kernel"]))
-            _, func = self.modules[job["cubin"]]
+            mod, func = self.modules[job["cubin"]]
         except Exception as e:  # noqa: BLE001 - any load failure is this variant's
             return {"status": "launch_failed", "message": f"module load: {e}"}
         measurements = []
@@ -152,6 +157,10 @@ class Child:
             state = self.state(op, size)
             ws = cp.zeros(max(s["workspace"], 16), dtype=cp.uint8)
             args = op.args(state, ws.data.ptr)
+            for name, arr in op.constants(state).items():
+                sym = mod.get_global(name)
+                cp.cuda.runtime.memcpy(sym.ptr, arr.data.ptr, arr.nbytes,
+                                       cp.cuda.runtime.memcpyDeviceToDevice)
             launch = self._launcher(func, s, state, args, op)
             if isinstance(launch, str):
                 return {"status": "launch_failed", "message": launch}
@@ -174,13 +183,15 @@ class Child:
                         "dirty (it must leave it zeroed)"}
             if job.get("fresh_baseline"):
                 self.baseline.pop((op.name, size), None)
-            base_name, base_ms = self.baseline_ms(op, size, state)
+            base = self.baseline_ms(op, size, state)
+            base_name, base_ms = base if base else ("", None)
             times = self.time_fn(launch)
             ms = statistics.median(times)
             q = statistics.quantiles(times, n=10) if len(times) >= 10 else [ms, ms]
             measurements.append({
                 "size": size, "ours_ms": ms, "ours_spread": (q[-1] - q[0]) / ms,
-                "baseline": base_name, "baseline_ms": base_ms, "ratio": base_ms / ms,
+                "baseline": base_name, "baseline_ms": base_ms,
+                "ratio": base_ms / ms if base_ms else None,
                 "error": err,
                 "tflops": s["flops"] / ms / 1e9 if s["flops"] else None,
                 "gbps": s["bytes"] / ms / 1e6 if s["bytes"] else None,

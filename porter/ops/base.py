@@ -35,6 +35,13 @@ class Op(ABC):
     def baselines(self, state: dict[str, Any]) -> dict[str, Any]:
         """Vendor implementations by name: callables that compute the same output."""
 
+    def configure(self, template_dir: str) -> None:
+        """Reads whatever the op needs from the template folder (most need nothing)."""
+
+    def constants(self, state: dict[str, Any]) -> dict:
+        """__constant__ symbols of the module to fill before a launch: name -> array."""
+        return {}
+
     def buffer(self, state: dict[str, Any], name: str):
         """(device pointer, rows, cols, row stride in bytes) of a named 2-D bf16 buffer."""
         arr = state[name]
@@ -44,10 +51,11 @@ class Op(ABC):
 def _load() -> dict[str, type[Op]]:
     from .gemm import GemmOp
     from .rmsnorm import RmsNormOp
-    return {c.name: c for c in (GemmOp, RmsNormOp)}
+    from .kt import KTOp
+    return {c.name: c for c in (GemmOp, RmsNormOp, KTOp)}
 
 
-OPS = ("gemm", "rmsnorm")
+OPS = ("gemm", "rmsnorm", "kt")
 
 
 def get_op(name: str) -> Op:
