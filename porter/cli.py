@@ -41,10 +41,6 @@ def templates(templates_dir: Optional[list[Path]] = TplDirOpt):
     console.print(table)
 
 
-def _port_options(f):
-    return f
-
-
 @app.command()
 def port(template: str = typer.Argument(..., help="template name or folder"),
          arch: str = typer.Option(..., "--arch", help="target architecture, e.g. sm_90a"),
@@ -167,10 +163,9 @@ def status(job: int, db: Optional[str] = DbOpt):
     """Progress and best-so-far of one job."""
     store = _store(db)
     j = store.get_job(job)
-    console.print(f"job {j.id} {j.template_name} {j.spec.arch}: {j.status}; {j.n_trials} trials,"
-                  f" {j.n_measured} measured; best ratio "
-                  f"{j.best_ratio:.3f}" if j.best_ratio else f"job {j.id} {j.template_name} "
-                  f"{j.spec.arch}: {j.status}; {j.n_trials} trials, {j.n_measured} measured")
+    best = f"; best ratio {j.best_ratio:.3f}" if j.best_ratio else ""
+    console.print(f"job {j.id} {j.template_name} {j.spec.arch}: {j.status}; {j.n_trials} "
+                  f"trials, {j.n_measured} measured{best}")
 
 
 @app.command()
