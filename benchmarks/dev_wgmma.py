@@ -1,0 +1,279 @@
+"""Development bench for the gemm_wgmma template (Hopper, sm_90a).
+
+Two steps, so the GPU machine needs no NVRTC of its own:
+
+  here (CPU):   python benchmarks/dev_wgmma.py build [--out out_wgmma] [--set NAME]
+                compiles the variants below to cubins + manifest.json (ptxas resources kept)
+  device:       python3 benchmarks/dev_wgmma.py run [--cubins out_wgmma] [--reps 50]
+                loads each cubin (cuModuleLoadData), launches it with TMA descriptors built from
+                space.toml's [[tensor_maps]] (porter.backends.tma), checks it against an fp32
+                torch reference (relative Frobenius error, poisoned output), and times it
+                interleaved with torch.matmul (cuBLAS) using CUDA events, L2 flushed before each
+                repetition; median over reps. Writes JSON to $OUT (or benchmarks/results/).
+
+A kernel that does not finish within --hang-s seconds is recorded as a hang; the JSON written so
+far is kept and the process exits (its context cannot be reused).
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import datetime as dt
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+TEMPLATE_DIR = ROOT / "search_spaces" / "gemm_wgmma"
+
+# name -> config; order = from the simplest (least likely to hang) to the most involved
+VARIANTS = {
+    "v1_c1_128x128_s4": dict(BM=128, BN=128, BK=64, STAGES=4, CONSUMERS=1, GROUP_M=8,
+                              PERSIST=0, CLUSTER=1),
+    "c2_128x256_s4": dict(BM=128, BN=256, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=8,
+                           PERSIST=0, CLUSTER=1),
+    "c2_128x256_s4_p": dict(BM=128, BN=256, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=8,
+                             PERSIST=1, CLUSTER=1),
+    "c2_256x128_s4_p": dict(BM=256, BN=128, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=8,
+                             PERSIST=1, CLUSTER=1),
+    "c2_128x192_s5_p": dict(BM=128, BN=192, BK=64, STAGES=5, CONSUMERS=2, GROUP_M=8,
+                             PERSIST=1, CLUSTER=1),
+    "c2_128x128_s6_p": dict(BM=128, BN=128, BK=64, STAGES=6, CONSUMERS=2, GROUP_M=8,
+                             PERSIST=1, CLUSTER=1),
+    "c2_128x256_s4_p_cl2": dict(BM=128, BN=256, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=8,
+                                PERSIST=1, CLUSTER=2),
+    "c2_128x256_s4_cl2": dict(BM=128, BN=256, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=8,
+                              PERSIST=0, CLUSTER=2),
+}
+
+SIZES = [(4096, 4096, 4096), (8192, 8192, 8192), (2999, 4001, 4104)]
+
+
+def build(out: Path, names: list[str]) -> None:
+    from porter.arch import get_arch
+    from porter.compile import compile_variant
+    from porter.template import load_template
+    tpl = load_template(TEMPLATE_DIR)
+    arch = get_arch("sm_90a")
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = {}
+    for name in names:
+        cfg = VARIANTS[name]
+        r = compile_variant(tpl, cfg, arch)
+        print(f"{name:22s} ok={r.ok} regs={r.resources.registers} "
+              f"spills={r.resources.spill_stores}/{r.resources.spill_loads} "
+              f"stack={r.resources.stack_frame} {r.seconds:.2f}s")
+        if not r.ok:
+            print(r.log)
+            continue
+        (out / f"{name}.cubin").write_bytes(Path(r.cubin_path).read_bytes())
+        manifest[name] = {"config": cfg, "resources": r.resources.__dict__,
+                          "log_warnings": [ln for ln in r.log.splitlines() if "arning" in ln]}
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
+
+
+# ---------------------------------------------------------------------------------- device side
+def _gpu_info() -> dict:
+    info = {}
+    try:
+        q = ("name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,"
+             "power.draw,power.limit")
+        txt = subprocess.run(["nvidia-smi", f"--query-gpu={q}", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20).stdout.strip()
+        info = dict(zip(q.split(","), [s.strip() for s in txt.split(",")]))
+    except Exception as e:  # noqa: BLE001
+        info["error"] = str(e)
+    return info
+
+
+def run(cubins: Path, reps: int, hang_s: float, out_dir: Path, only: list[str] | None,
+        tag: str = "") -> None:
+    import torch
+    from porter.arch import get_arch
+    from porter.backends import tma
+    from porter.template import load_template
+
+    tpl = load_template(TEMPLATE_DIR)
+    arch = get_arch("sm_90a")
+    manifest = json.loads((cubins / "manifest.json").read_text())
+    names = [n for n in manifest if not only or n in only]
+
+    torch.cuda.init()
+    dev = torch.device("cuda")
+    torch.empty(1, device=dev)          # makes the primary context current
+    tma.ensure_context()
+    props = torch.cuda.get_device_properties(0)
+    stream = torch.cuda.current_stream().cuda_stream
+    record = {"date": dt.datetime.now(dt.timezone.utc).isoformat(), "template": "gemm_wgmma",
+              "arch": "sm_90a", "gpu": props.name, "sms": props.multi_processor_count,
+              "torch": torch.__version__, "smi_before": _gpu_info(), "results": []}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out_file = out_dir / f"dev_wgmma{tag}.json"
+
+    def save():
+        out_file.write_text(json.dumps(record, indent=1))
+
+    funcs = {}
+    for n in names:
+        mod, fn = tma.load_function((cubins / f"{n}.cubin").read_bytes(), "gemm_wgmma")
+        funcs[n] = (mod, fn)
+
+    flush = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.float32, device=dev)
+
+    def wait_or_die(ev, what):
+        t0 = time.time()
+        while not ev.query():
+            if time.time() - t0 > hang_s:
+                record["results"].append({"name": what, "status": "hang"})
+                save()
+                print(f"HANG: {what}; exiting", flush=True)
+                os._exit(3)
+            time.sleep(0.001)
+
+    rows = []
+    for (M, N, K) in SIZES:
+        g = torch.Generator(device=dev).manual_seed(M + N + K)
+        a = torch.randn(M, K, device=dev, generator=g).to(torch.bfloat16)
+        b = torch.randn(N, K, device=dev, generator=g).to(torch.bfloat16)
+        c = torch.empty(M, N, device=dev, dtype=torch.bfloat16)
+        ref = a.float() @ b.float().T
+        ref_norm = ref.norm().item()
+        flops = 2.0 * M * N * K
+
+        def cublas():
+            return torch.matmul(a, b.T)
+
+        err_cublas = ((cublas().float() - ref).norm() / ref_norm).item()
+        for n in names:
+            cfg = manifest[n]["config"]
+            size = (M, N, K)
+            env = tpl.env(cfg, arch, size)
+            bad = [cexpr.text for cexpr in tpl.constraints if not cexpr(env)]
+            res = {"name": n, "params": cfg, "shape": [M, N, K],
+                   "resources": manifest[n]["resources"]}
+            if bad:
+                res["status"] = "infeasible"
+                res["why"] = bad
+                record["results"].append(res)
+                continue
+            L = tpl.launch(cfg, arch, size)
+            maps = []
+            for spec in tpl.tensor_maps:
+                box = [int(e(env)) for e in spec.box]
+                t = {"A": a, "B": b, "C": c}[spec.buffer]
+                rows_, cols_ = t.shape
+                maps.append(tma.encode_tiled_2d(t.data_ptr(), rows_, cols_, t.stride(0) * 2,
+                                                box[0], box[1], spec.swizzle))
+            args = [ctypes.c_void_p(a.data_ptr()), ctypes.c_void_p(b.data_ptr()),
+                    ctypes.c_void_p(c.data_ptr()), ctypes.c_int(M), ctypes.c_int(N),
+                    ctypes.c_int(K), ctypes.c_void_p(0), *maps]
+            fn = funcs[n][1]
+
+            def ours():
+                tma.launch(fn, L.grid, L.block, L.smem, L.cluster, args, stream=stream)
+
+            # correctness: poison (bf16 NaN), one launch, watchdog
+            c.view(torch.int16).fill_(-1)
+            try:
+                ours()
+            except Exception as e:  # noqa: BLE001
+                res["status"] = "launch_failed"
+                res["error"] = str(e)
+                record["results"].append(res)
+                save()
+                print(f"{n} {M}x{N}x{K}: launch failed: {e}", flush=True)
+                continue
+            ev = torch.cuda.Event()
+            ev.record()
+            wait_or_die(ev, f"{n} {M}x{N}x{K}")
+            torch.cuda.synchronize()
+            out = c.float()
+            finite = bool(torch.isfinite(out).all().item())
+            err = ((out - ref).norm() / ref_norm).item() if finite else float("inf")
+            res["rel_err"] = err
+            res["rel_err_cublas"] = err_cublas
+            ok = finite and err < 1e-2
+            if not ok:
+                res["status"] = "wrong_result"
+                # where is it wrong: first bad row/col
+                diff = (out - ref).abs() > (0.05 * ref.abs() + 0.5)
+                diff |= ~torch.isfinite(out)
+                idx = diff.nonzero()[:5].tolist()
+                res["first_bad"] = idx
+                res["bad_fraction"] = diff.float().mean().item()
+                record["results"].append(res)
+                save()
+                print(f"{n} {M}x{N}x{K}: WRONG err={err:.3e} bad={res['bad_fraction']:.3f} "
+                      f"first={idx}", flush=True)
+                continue
+            # timing, interleaved
+            for _ in range(3):
+                ours(); cublas()
+            torch.cuda.synchronize()
+            t_ours, t_cub = [], []
+            for _ in range(reps):
+                for which, fn_, acc in (("ours", ours, t_ours), ("cublas", cublas, t_cub)):
+                    flush.zero_()
+                    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(
+                        enable_timing=True)
+                    e0.record(); fn_(); e1.record()
+                    acc.append((e0, e1))
+            torch.cuda.synchronize()
+            t_ours = [x.elapsed_time(y) for x, y in t_ours]
+            t_cub = [x.elapsed_time(y) for x, y in t_cub]
+            mo, mc = statistics.median(t_ours), statistics.median(t_cub)
+            res.update(status="measured", ours_ms=mo, baseline="cublas(torch.matmul)",
+                       baseline_ms=mc, ratio=mc / mo, tflops=flops / mo / 1e9,
+                       baseline_tflops=flops / mc / 1e9,
+                       ours_spread_ms=[min(t_ours), max(t_ours)],
+                       baseline_spread_ms=[min(t_cub), max(t_cub)],
+                       launch={"grid": L.grid, "block": L.block, "smem": L.smem})
+            record["results"].append(res)
+            save()
+            rows.append(res)
+            print(f"{n:22s} {M}x{N}x{K}: err={err:.2e} ours={mo:.3f}ms ({res['tflops']:.0f} TF/s)"
+                  f" cublas={mc:.3f}ms ({res['baseline_tflops']:.0f}) ratio={mc / mo:.3f}",
+                  flush=True)
+        del a, b, c, ref
+        torch.cuda.empty_cache()
+    record["smi_after"] = _gpu_info()
+    save()
+    print("\n| variant | shape | ours TF/s | cuBLAS TF/s | ratio | rel err |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for r in record["results"]:
+        if r.get("status") == "measured":
+            print(f"| {r['name']} | {'x'.join(map(str, r['shape']))} | {r['tflops']:.0f} | "
+                  f"{r['baseline_tflops']:.0f} | {r['ratio']:.3f} | {r['rel_err']:.2e} |")
+        else:
+            print(f"| {r['name']} | {'x'.join(map(str, r.get('shape', [])))} | "
+                  f"{r.get('status')} | | | {r.get('rel_err', '')} |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build")
+    b.add_argument("--out", default=str(ROOT / "out_wgmma"))
+    b.add_argument("--only", nargs="*", default=None)
+    r = sub.add_parser("run")
+    r.add_argument("--cubins", default=str(ROOT / "out_wgmma"))
+    r.add_argument("--reps", type=int, default=50)
+    r.add_argument("--hang-s", type=float, default=10.0)
+    r.add_argument("--only", nargs="*", default=None)
+    r.add_argument("--tag", default="", help="suffix of the JSON file name")
+    args = ap.parse_args()
+    if args.cmd == "build":
+        build(Path(args.out), args.only or list(VARIANTS))
+    else:
+        out = Path(os.environ.get("OUT") or ROOT / "benchmarks" / "results")
+        run(Path(args.cubins), args.reps, args.hang_s, out, args.only, args.tag)
+
+
+if __name__ == "__main__":
+    main()
