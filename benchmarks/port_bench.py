@@ -31,7 +31,9 @@ JOBS = {
     "rmsnorm": dict(sizes=["16384x4096", "32768x8192", "4096x16384"], trials=60),
     "planted": dict(sizes=["1024x1024"], trials=8, templates_dir="tests/data/templates",
                     timeout=10),
-    "gemm_wgmma": dict(sizes=["4096x4096x4096", "8192x8192x8192"], trials=100),
+    "gemm_wgmma": dict(sizes=["4096x4096x4096", "8192x8192x8192", "4096x8192x8192",
+                              "4096x28672x8192", "4096x8192x28672", "128x8192x8192",
+                              "16x8192x8192"], trials=60, per_shape=True),
 }
 
 
@@ -91,54 +93,63 @@ def main():
     table = []
     for name in args.only.split(","):
         cfg = JOBS[name]
-        tdir = [Path(cfg["templates_dir"])] if "templates_dir" in cfg else None
-        spec, tpl, arch = make_spec(name, "sm_90a", cfg["sizes"], args.trials or cfg["trials"],
-                                    sampler=args.sampler, templates_dir=tdir)
-        src, space = template_record(tpl)
-        job = store.create_job(spec, tpl.name, tpl.source_hash, src, space, status="running")
-        be = GpuBackend(seed=1, timeout_s=cfg.get("timeout", 30))
-        try:
-            summary = Engine(store, tpl, arch, be).run(job, spec)
-        finally:
-            be.close()
-        trials = store.trials(job)
-        dev = next((t.device for t in trials if t.status == "measured"), {})
-        print(f"{name}: job {job} {summary.counts} wall {summary.wall_s:.1f}s gpu share "
-              f"{summary.gpu_share:.2f} compiled {summary.compiled} in {summary.compile_s:.1f}"
-              " core-s", flush=True)
-        with gzip.open(out / f"{name}_h200.json.gz", "wt") as f:
-            json.dump(recording(tpl.name, arch.name, tpl.param_names, dev, trials), f)
-        stats = {"job": job, "counts": summary.counts, "wall_s": summary.wall_s,
-                 "gpu_share": summary.gpu_share, "compiled": summary.compiled,
-                 "compile_core_s": summary.compile_s, "trials": len(trials)}
+        groups = [[s] for s in cfg["sizes"]] if cfg.get("per_shape") else [cfg["sizes"]]
         records = []
-        for size in spec.sizes:
-            cands = [t for t in trials if t.status == "measured"]
-            best = min(cands, key=lambda t: next(m.ours_ms for m in t.measurements
-                                                 if m.size == tuple(size)), default=None)
-            if best is None:
-                continue
-            res, _ = side_by_side(tpl, arch, best.params, size)
-            if res is None:
-                continue
-            rec = {"template": name, "arch": arch.name, "gpu": dev.get("gpu", ""),
-                   "driver": dev.get("driver", ""), "date": datetime.date.today().isoformat(),
-                   "shape": list(size), "params": best.params, **res,
-                   "nvrtc": dev.get("nvrtc", ""), "job": stats}
-            if tpl.op == "rmsnorm":
-                rec["copy_gbps"] = bw
-                rec["gbps_over_copy"] = res["gbps"] / bw
-            records.append(rec)
-            table.append(f"{name:10s} {'x'.join(map(str, size)):>16s} ours {res['ours_ms']:.4f} "
-                         f"ms  {res['baseline']} {res['baseline_ms']:.4f} ms  ratio "
-                         f"{res['ratio']:.3f}" + (f"  {res['gbps']:.0f} GB/s ({res['gbps']/bw:.2f}"
-                                                   " of copy)" if tpl.op == "rmsnorm" else
-                                                   f"  {res['tflops'] or 0:.0f} TFLOP/s"))
-        if name == "planted":
-            records.append({"template": name, "statuses": {t.config_key: t.status
-                                                           for t in trials}, "job": stats})
+        for sizes in groups:
+            records += run_job(name, cfg, sizes, args, store, out, bw, table)
         (out / f"results_{name}.json").write_text(json.dumps(records, indent=1))
     print("\n".join(table))
+
+
+def run_job(name, cfg, sizes, args, store, out, bw, table):
+    tdir = [Path(cfg["templates_dir"])] if "templates_dir" in cfg else None
+    spec, tpl, arch = make_spec(name, "sm_90a", sizes, args.trials or cfg["trials"],
+                                sampler=args.sampler, templates_dir=tdir)
+    src, space = template_record(tpl)
+    job = store.create_job(spec, tpl.name, tpl.source_hash, src, space, status="running")
+    be = GpuBackend(seed=1, timeout_s=cfg.get("timeout", 30))
+    try:
+        summary = Engine(store, tpl, arch, be).run(job, spec)
+    finally:
+        be.close()
+    trials = store.trials(job)
+    dev = next((t.device for t in trials if t.status == "measured"), {})
+    print(f"{name}: job {job} {summary.counts} wall {summary.wall_s:.1f}s gpu share "
+          f"{summary.gpu_share:.2f} compiled {summary.compiled} in {summary.compile_s:.1f}"
+          " core-s", flush=True)
+    if not cfg.get("per_shape"):
+        with gzip.open(out / f"{name}_h200.json.gz", "wt") as f:
+            json.dump(recording(tpl.name, arch.name, tpl.param_names, dev, trials), f)
+    stats = {"job": job, "counts": summary.counts, "wall_s": summary.wall_s,
+             "gpu_share": summary.gpu_share, "compiled": summary.compiled,
+             "compile_core_s": summary.compile_s, "trials": len(trials)}
+    records = []
+    for size in spec.sizes:
+        cands = [t for t in trials if t.status == "measured"]
+        best = min(cands, key=lambda t: next(m.ours_ms for m in t.measurements
+                                             if m.size == tuple(size)), default=None)
+        if best is None:
+            continue
+        res, _ = side_by_side(tpl, arch, best.params, size)
+        if res is None:
+            continue
+        rec = {"template": name, "arch": arch.name, "gpu": dev.get("gpu", ""),
+               "driver": dev.get("driver", ""), "date": datetime.date.today().isoformat(),
+               "shape": list(size), "params": best.params, **res,
+               "nvrtc": dev.get("nvrtc", ""), "job": stats}
+        if tpl.op == "rmsnorm":
+            rec["copy_gbps"] = bw
+            rec["gbps_over_copy"] = res["gbps"] / bw
+        records.append(rec)
+        table.append(f"{name:10s} {'x'.join(map(str, size)):>16s} ours {res['ours_ms']:.4f} "
+                     f"ms  {res['baseline']} {res['baseline_ms']:.4f} ms  ratio "
+                     f"{res['ratio']:.3f}" + (f"  {res['gbps']:.0f} GB/s ({res['gbps']/bw:.2f}"
+                                               " of copy)" if tpl.op == "rmsnorm" else
+                                               f"  {res['tflops'] or 0:.0f} TFLOP/s"))
+    if name == "planted":
+        records.append({"template": name, "statuses": {t.config_key: t.status
+                                                       for t in trials}, "job": stats})
+    return records
 
 
 if __name__ == "__main__":

@@ -210,11 +210,10 @@ class Child:
                 blobs.append(tma.encode_tiled_2d(ptr, rows, cols, stride, box[0], box[1],
                                                  swizzle))
             full = list(args) + blobs
-            try:
-                tma.prepare(func.ptr, smem)
-            except Exception as e:  # noqa: BLE001
-                return f"cannot set {smem} bytes of dynamic shared memory: {e}"
-            return lambda: tma.launch(func.ptr, grid, block, smem, tuple(s["cluster"]), full)
+            from cuda.bindings import driver
+            handle = driver.CUfunction(func.ptr)
+            cluster = tuple(s["cluster"])
+            return lambda: tma.launch(handle, grid, block, smem, cluster, full)
         try:
             if smem > 48 * 1024:
                 func.max_dynamic_shared_size_bytes = smem
