@@ -32,24 +32,41 @@ sys.path.insert(0, str(ROOT))
 
 TEMPLATE_DIR = ROOT / "search_spaces" / "gemm_wgmma"
 
-# name -> config; order = from the simplest (least likely to hang) to the most involved
+# name -> config; order = from the simplest (least likely to hang) to the most involved.
+# A "_again" entry repeats a configuration, to show the run-to-run spread.
 VARIANTS = {
     "v1_c1_128x128_s4": dict(BM=128, BN=128, BK=64, STAGES=4, CONSUMERS=1, GROUP_M=8,
-                              PERSIST=0, CLUSTER=1),
+                              PERSIST=0, CLUSTER=1, EPI=0),
     "c2_128x256_s4": dict(BM=128, BN=256, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=8,
-                           PERSIST=0, CLUSTER=1),
+                           PERSIST=0, CLUSTER=1, EPI=0),
     "c2_128x256_s4_p": dict(BM=128, BN=256, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=8,
-                             PERSIST=1, CLUSTER=1),
-    "c2_256x128_s4_p": dict(BM=256, BN=128, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=8,
-                             PERSIST=1, CLUSTER=1),
-    "c2_128x192_s5_p": dict(BM=128, BN=192, BK=64, STAGES=5, CONSUMERS=2, GROUP_M=8,
-                             PERSIST=1, CLUSTER=1),
-    "c2_128x128_s6_p": dict(BM=128, BN=128, BK=64, STAGES=6, CONSUMERS=2, GROUP_M=8,
-                             PERSIST=1, CLUSTER=1),
+                             PERSIST=1, CLUSTER=1, EPI=0),
+    "c2_128x256_s4_p_e1": dict(BM=128, BN=256, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=8,
+                                PERSIST=1, CLUSTER=1, EPI=1),
+    "c2_128x256_s4_p_e1_g16": dict(BM=128, BN=256, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=16,
+                                    PERSIST=1, CLUSTER=1, EPI=1),
+    "c2_128x256_s4_p_e1_g4": dict(BM=128, BN=256, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=4,
+                                   PERSIST=1, CLUSTER=1, EPI=1),
+    "c2_256x128_s4_p_e1": dict(BM=256, BN=128, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=8,
+                                PERSIST=1, CLUSTER=1, EPI=1),
+    "c2_128x256_s3_p_e1": dict(BM=128, BN=256, BK=64, STAGES=3, CONSUMERS=2, GROUP_M=8,
+                                PERSIST=1, CLUSTER=1, EPI=1),
     "c2_128x256_s4_p_cl2": dict(BM=128, BN=256, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=8,
-                                PERSIST=1, CLUSTER=2),
-    "c2_128x256_s4_cl2": dict(BM=128, BN=256, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=8,
-                              PERSIST=0, CLUSTER=2),
+                                 PERSIST=1, CLUSTER=2, EPI=0),
+    "c2_128x256_s4_p_cl2_e1": dict(BM=128, BN=256, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=8,
+                                    PERSIST=1, CLUSTER=2, EPI=1),
+    "c2_128x256_s4_cl2_e1": dict(BM=128, BN=256, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=8,
+                                  PERSIST=0, CLUSTER=2, EPI=1),
+    "c2_128x256_s4_p_e1_g16_again": dict(BM=128, BN=256, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=16,
+                                          PERSIST=1, CLUSTER=1, EPI=1),
+    "c2_128x256_s3_p_e1_g16": dict(BM=128, BN=256, BK=64, STAGES=3, CONSUMERS=2, GROUP_M=16,
+                                    PERSIST=1, CLUSTER=1, EPI=1),
+    "c2_256x128_s4_p_e1_g16": dict(BM=256, BN=128, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=16,
+                                    PERSIST=1, CLUSTER=1, EPI=1),
+    "c2_128x256_s4_p_cl2_e1_g16": dict(BM=128, BN=256, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=16,
+                                        PERSIST=1, CLUSTER=2, EPI=1),
+    "c2_128x256_s3_p_cl2_e1_g16": dict(BM=128, BN=256, BK=64, STAGES=3, CONSUMERS=2, GROUP_M=16,
+                                        PERSIST=1, CLUSTER=2, EPI=1),
 }
 
 SIZES = [(4096, 4096, 4096), (8192, 8192, 8192), (2999, 4001, 4104)]
@@ -93,7 +110,7 @@ def _gpu_info() -> dict:
 
 
 def run(cubins: Path, reps: int, hang_s: float, out_dir: Path, only: list[str] | None,
-        tag: str = "") -> None:
+        tag: str = "", sizes=None) -> None:
     import torch
     from porter.arch import get_arch
     from porter.backends import tma
@@ -137,7 +154,7 @@ def run(cubins: Path, reps: int, hang_s: float, out_dir: Path, only: list[str] |
             time.sleep(0.001)
 
     rows = []
-    for (M, N, K) in SIZES:
+    for (M, N, K) in (sizes or SIZES):
         g = torch.Generator(device=dev).manual_seed(M + N + K)
         a = torch.randn(M, K, device=dev, generator=g).to(torch.bfloat16)
         b = torch.randn(N, K, device=dev, generator=g).to(torch.bfloat16)
@@ -267,12 +284,14 @@ def main() -> None:
     r.add_argument("--hang-s", type=float, default=10.0)
     r.add_argument("--only", nargs="*", default=None)
     r.add_argument("--tag", default="", help="suffix of the JSON file name")
+    r.add_argument("--sizes", nargs="*", default=None, help="MxNxK ... (default: SIZES)")
     args = ap.parse_args()
     if args.cmd == "build":
         build(Path(args.out), args.only or list(VARIANTS))
     else:
         out = Path(os.environ.get("OUT") or ROOT / "benchmarks" / "results")
-        run(Path(args.cubins), args.reps, args.hang_s, out, args.only, args.tag)
+        sizes = [tuple(int(x) for x in z.lower().split("x")) for z in args.sizes or []] or None
+        run(Path(args.cubins), args.reps, args.hang_s, out, args.only, args.tag, sizes)
 
 
 if __name__ == "__main__":

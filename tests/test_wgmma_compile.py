@@ -14,11 +14,11 @@ from porter.template import find_template
 SM90A = ARCHS["sm_90a"]
 
 CONFIGS = [
-    dict(BM=128, BN=128, BK=64, STAGES=4, CONSUMERS=1, GROUP_M=8, PERSIST=0, CLUSTER=1),
-    dict(BM=128, BN=256, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=8, PERSIST=1, CLUSTER=1),
-    dict(BM=256, BN=128, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=8, PERSIST=1, CLUSTER=1),
-    dict(BM=128, BN=192, BK=64, STAGES=5, CONSUMERS=2, GROUP_M=8, PERSIST=0, CLUSTER=1),
-    dict(BM=128, BN=256, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=8, PERSIST=1, CLUSTER=2),
+    dict(BM=128, BN=128, BK=64, STAGES=4, CONSUMERS=1, GROUP_M=8, PERSIST=0, CLUSTER=1, EPI=0),
+    dict(BM=128, BN=256, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=8, PERSIST=1, CLUSTER=1, EPI=0),
+    dict(BM=256, BN=128, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=8, PERSIST=1, CLUSTER=1, EPI=0),
+    dict(BM=128, BN=192, BK=64, STAGES=5, CONSUMERS=2, GROUP_M=8, PERSIST=0, CLUSTER=1, EPI=0),
+    dict(BM=128, BN=256, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=8, PERSIST=1, CLUSTER=2, EPI=1),
 ]
 
 
@@ -64,7 +64,8 @@ def test_refuses_architectures_without_wgmma(arch):
 
 def test_constraints_reject_oversized_configs():
     tpl = find_template("gemm_wgmma")
-    base = dict(BM=128, BN=256, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=8, PERSIST=1, CLUSTER=1)
+    base = dict(BM=128, BN=256, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=8, PERSIST=1, CLUSTER=1, EPI=0)
+    assert _feasible(tpl, {**base, "EPI": 1})                    # 4 stages + 2 x 16 KB staging
     assert _feasible(tpl, base)
     assert not _feasible(tpl, {**base, "STAGES": 5})             # 240 KB of smem
     assert not _feasible(tpl, {**base, "CONSUMERS": 1})          # 256 accumulators / thread

@@ -37,6 +37,9 @@ struct alignas(64) CUtensorMap { uint64_t opaque[16]; };
 #ifndef CLUSTER
 #define CLUSTER 1
 #endif
+#ifndef EPI
+#define EPI 0          // 0: stores straight from registers; 1: staged through smem, 16-byte stores
+#endif
 #if CLUSTER != 1 && CLUSTER != 2
 #error "CLUSTER must be 1 or 2"
 #endif
@@ -62,6 +65,10 @@ struct alignas(64) CUtensorMap { uint64_t opaque[16]; };
 #define CONSUMER_REGS 232
 #endif
 #define PRODUCER_REGS 40
+
+// EPI=1: each consumer stages 64 rows x EPI_W columns of bf16 at a time in its own smem buffer
+#define EPI_W ((BN % 128 == 0) ? 128 : 64)
+#define EPI_BUF_BYTES (64 * EPI_W * 2)
 
 // ---------------------------------------------------------------------------------------------
 // mbarrier, TMA and wgmma wrappers (PTX ISA 8.0+, sm_90a)
@@ -111,7 +118,7 @@ __device__ __forceinline__ void tma_load_2d_mc(uint32_t dst, const CUtensorMap* 
 __device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t rank) {
   asm volatile("{\n.reg .b32 ra;\n"
                "mapa.shared::cluster.u32 ra, %0, %1;\n"
-               "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n"
+               "mbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n"
                :: "r"(bar), "r"(rank) : "memory");
 }
 
@@ -290,6 +297,7 @@ gemm_wgmma(const bf16_t* __restrict__ A, const bf16_t* __restrict__ B, bf16_t* _
   const uint32_t sA = base;
   const uint32_t sB = base + STAGES * A_TILE_BYTES;
   const uint32_t bars = sB + STAGES * B_TILE_BYTES;   // full[STAGES], empty[STAGES]
+  const uint32_t sC = (bars + 16 * STAGES + 127u) & ~127u;   // EPI=1 staging, per consumer
 
   const int wg = threadIdx.x / 128;
   const int tid = threadIdx.x % 128;
@@ -407,6 +415,45 @@ gemm_wgmma(const bf16_t* __restrict__ A, const bf16_t* __restrict__ B, bf16_t* _
       for (int mt = 0; mt < MT; ++mt) {
         const int row = tm * BM + c * WM + mt * 64 + warp * 16 + lane / 4;
         const bool full_tile = (tm + 1) * BM <= M && (tn + 1) * BN <= N && (N % 2 == 0);
+#if EPI == 1
+        if (full_tile && N % 8 == 0) {
+          // 128B-style XOR swizzle of 16-byte chunks by row keeps both the fragment writes and
+          // the 16-byte reads free of bank conflicts.
+          const uint32_t buf = sC + c * EPI_BUF_BYTES;
+          const int r0 = warp * 16 + lane / 4;
+#pragma unroll
+          for (int h = 0; h < BN / EPI_W; ++h) {
+            asm volatile("bar.sync %0, 128;" :: "r"(1 + c) : "memory");   // buffer free
+#pragma unroll
+            for (int jj = 0; jj < EPI_W / 8; ++jj) {
+              const int j = h * (EPI_W / 8) + jj;
+#pragma unroll
+              for (int hr = 0; hr < 2; ++hr) {
+                const int r = r0 + 8 * hr;
+                const uint32_t addr = buf + r * (EPI_W * 2) + ((jj ^ (r % 8)) * 16) + 4 * (lane % 4);
+                const uint32_t v = pack_bf16x2(acc[mt][4 * j + 2 * hr], acc[mt][4 * j + 2 * hr + 1]);
+                asm volatile("st.shared.b32 [%0], %1;" :: "r"(addr), "r"(v) : "memory");
+              }
+            }
+            asm volatile("bar.sync %0, 128;" :: "r"(1 + c) : "memory");   // buffer full
+            constexpr int QPR = EPI_W / 8;                                  // chunks per row
+#pragma unroll
+            for (int i = 0; i < 64 * QPR / 128; ++i) {
+              const int idx = tid + 128 * i;
+              const int r = idx / QPR, q = idx % QPR;
+              uint32_t x, y, z, w;
+              asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+                           : "=r"(x), "=r"(y), "=r"(z), "=r"(w)
+                           : "r"(buf + r * (EPI_W * 2) + ((q ^ (r % 8)) * 16)) : "memory");
+              const int grow = tm * BM + c * WM + mt * 64 + r;
+              const int gcol = tn * BN + h * EPI_W + q * 8;
+              asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};"
+                           :: "l"(C + (size_t)grow * N + gcol), "r"(x), "r"(y), "r"(z), "r"(w)
+                           : "memory");
+            }
+          }
+        } else
+#endif
         if (full_tile) {
           uint32_t* p0 = reinterpret_cast<uint32_t*>(C + (size_t)row * N + col0);
           uint32_t* p1 = reinterpret_cast<uint32_t*>(C + (size_t)(row + 8) * N + col0);
