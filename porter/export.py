@@ -292,6 +292,7 @@ DIMS = @DIMS@
 TABLE = @TABLE@
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _FUNCS = {}
+_WORKSPACE = {}
 
 
 def nearest(size):
@@ -329,8 +330,11 @@ def launch(*args, size, stream=None):
     if smem > 48 * 1024:
         f.max_dynamic_shared_size_bytes = smem
     extra = ()
-    if "workspace" in entry["geometry"] and KERNEL.startswith("gemm"):
-        extra = (cp.zeros(max(workspace, 16), dtype=cp.uint8),)
+    if KERNEL.startswith("gemm"):  # the gemm op's scratch, left zeroed by the kernel
+        key = max(workspace, 16)
+        if key not in _WORKSPACE:
+            _WORKSPACE[key] = cp.zeros(key, dtype=cp.uint8)
+        extra = (_WORKSPACE[key],)
     f(grid, block, tuple(args) + extra, shared_mem=smem, stream=stream)
     return entry
 '''
