@@ -6,7 +6,11 @@
 // wgmma.mma_async (m64nBNk16, both operands from 128-byte-swizzled shared memory) and frees a
 // stage by arriving on its "empty" mbarrier once the wgmmas that read it have retired.
 // setmaxnreg moves registers from the producer (40) to the consumers.
-// Epilogue: accumulators -> bf16 pairs -> 32-bit global stores (bounds-checked at the edges).
+// Epilogue: accumulators -> bf16 pairs -> 32-bit global stores (bounds-checked at the edges), or
+// with EPI=1 (full tiles, N % 8 == 0) staged through a swizzled smem buffer per consumer and
+// written with coalesced 16-byte stores.
+// CLUSTER=2: two CTAs on vertically adjacent tiles share the B tile; each loads half of it and
+// multicasts it into both, and each consumer warp frees a stage in both CTAs.
 // PERSIST=1: grid of at most one CTA per SM striding over tiles, so the producer prefetches the
 // next tile while the consumers run their epilogue. Tiles are rastered in groups of GROUP_M rows.
 #include "porter.cuh"
@@ -17,7 +21,7 @@ struct alignas(64) CUtensorMap { uint64_t opaque[16]; };
 #define BM 128
 #endif
 #ifndef BN
-#define BN 128
+#define BN 256
 #endif
 #ifndef BK
 #define BK 64
@@ -26,19 +30,19 @@ struct alignas(64) CUtensorMap { uint64_t opaque[16]; };
 #define STAGES 4
 #endif
 #ifndef CONSUMERS
-#define CONSUMERS 1
+#define CONSUMERS 2
 #endif
 #ifndef GROUP_M
-#define GROUP_M 8
+#define GROUP_M 16
 #endif
 #ifndef PERSIST
-#define PERSIST 0
+#define PERSIST 1
 #endif
 #ifndef CLUSTER
 #define CLUSTER 1
 #endif
 #ifndef EPI
-#define EPI 0          // 0: stores straight from registers; 1: staged through smem, 16-byte stores
+#define EPI 1          // 0: stores straight from registers; 1: staged through smem, 16-byte stores
 #endif
 #if CLUSTER != 1 && CLUSTER != 2
 #error "CLUSTER must be 1 or 2"
