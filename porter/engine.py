@@ -112,23 +112,9 @@ class Engine:
 
         def finish(number, config, started, outcome: Outcome, compiled: CompileResult | None):
             nonlocal best
-            obj = objective(outcome)
-            launch_smem = tpl.launch(config, arch, sizes[0]).smem if sizes else 0
-            r = compiled.resources if compiled else None
-            rec = TrialRecord(
-                number=number, params=dict(config), config_key=tpl.config_key(config),
-                status=outcome.status, message=outcome.message, backend=self.backend.name,
-                objective=obj,
-                compile_seconds=compiled.seconds if compiled else None,
-                compile_log=compiled.log[-20000:] if compiled else "",
-                registers=r.registers if r and compiled.ok else None,
-                smem_bytes=(r.smem_static + launch_smem) if r and compiled.ok else None,
-                spill_bytes=(r.spill_stores + r.spill_loads) if r and compiled.ok else None,
-                stack_frame=r.stack_frame if r and compiled.ok else None,
-                cubin_key=compiled.key if compiled and compiled.ok else None,
-                measurements=outcome.measurements,
-                device=dict(outcome.device, **toolchain), started_at=started,
-                finished_at=time.time(), worker=self.worker_name)
+            rec = trial_record(tpl, arch, self.backend.name, sizes, number, config, started,
+                               outcome, compiled, toolchain, self.worker_name)
+            obj = rec.objective
             if store.record_trial(job_id, rec):
                 summary.counts[rec.status] = summary.counts.get(rec.status, 0) + 1
             searcher.tell(number, obj)
@@ -142,15 +128,7 @@ class Engine:
                 self.on_trial(rec, best)
 
         def handle(number, config, started, compiled: CompileResult | None):
-            if compiled is not None and not compiled.ok:
-                return finish(number, config, started, Outcome("compile_failed",
-                              _first_error(compiled.log)), compiled)
-            if compiled is not None:
-                why = resource_check(tpl, arch, config, compiled, sizes)
-                if why:
-                    return finish(number, config, started,
-                                  Outcome("resource_rejected", why), compiled)
-            outcome = self.backend.measure(tpl, arch, config, compiled, sizes)
+            outcome = evaluate(tpl, arch, self.backend, config, compiled, sizes)
             finish(number, config, started, outcome, compiled)
 
         try:
@@ -204,6 +182,64 @@ class Engine:
         store.set_job_status(job_id, summary.status, _summary_line(summary))
         return summary
 
+
+
+def trial_record(tpl: Template, arch: Arch, backend_name: str, sizes, number: int, config: dict,
+                 started: float, outcome: Outcome, compiled: CompileResult | None,
+                 toolchain: dict, worker: str) -> TrialRecord:
+    """The record of one finished trial (shared by the embedded engine and service workers)."""
+    obj = objective(outcome)
+    launch_smem = tpl.launch(config, arch, sizes[0]).smem if sizes else 0
+    r = compiled.resources if compiled else None
+    return TrialRecord(
+        number=number, params=dict(config), config_key=tpl.config_key(config),
+        status=outcome.status, message=outcome.message, backend=backend_name,
+        objective=obj,
+        compile_seconds=compiled.seconds if compiled else None,
+        compile_log=compiled.log[-20000:] if compiled else "",
+        registers=r.registers if r and compiled.ok else None,
+        smem_bytes=(r.smem_static + launch_smem) if r and compiled.ok else None,
+        spill_bytes=(r.spill_stores + r.spill_loads) if r and compiled.ok else None,
+        stack_frame=r.stack_frame if r and compiled.ok else None,
+        cubin_key=compiled.key if compiled and compiled.ok else None,
+        measurements=outcome.measurements,
+        device=dict(outcome.device, **toolchain), started_at=started,
+        finished_at=time.time(), worker=worker)
+
+
+def evaluate(tpl: Template, arch: Arch, backend: Backend, config: dict,
+             compiled: CompileResult | None, sizes) -> Outcome:
+    """A statically feasible, compiled (or not, for backends without compilation) variant ->
+    its outcome: compile failure, resource rejection, or the backend's measurement."""
+    if compiled is not None and not compiled.ok:
+        return Outcome("compile_failed", _first_error(compiled.log))
+    if compiled is not None:
+        why = resource_check(tpl, arch, config, compiled, sizes)
+        if why:
+            return Outcome("resource_rejected", why)
+    return backend.measure(tpl, arch, config, compiled, sizes)
+
+
+def run_trial(tpl: Template, arch: Arch, backend: Backend, number: int, config: dict, sizes,
+              toolchain: dict, worker: str) -> tuple[TrialRecord, Outcome,
+                                                     CompileResult | None]:
+    """One proposal, start to end, in this process: static check -> compile (through the
+    compile cache) -> resource check -> measure -> its record. Every path ends in a record."""
+    started = time.time()
+    compiled = None
+    why = static_check(tpl, arch, config, sizes)
+    if why:
+        outcome = Outcome("infeasible", why)
+    else:
+        if backend.needs_compile:
+            try:
+                compiled = compile_variant(tpl, config, arch)
+            except Exception as e:  # noqa: BLE001 - a dead compiler is this trial's
+                compiled = CompileResult(ok=False, key="", log=f"compiler died: {e}")
+        outcome = evaluate(tpl, arch, backend, config, compiled, sizes)
+    rec = trial_record(tpl, arch, backend.name, sizes, number, config, started, outcome,
+                       compiled, toolchain, worker)
+    return rec, outcome, compiled
 
 def _first_error(log: str) -> str:
     for line in log.splitlines():
