@@ -211,7 +211,7 @@ class Child:
                                                  swizzle))
             full = list(args) + blobs
             from cuda.bindings import driver
-            handle = driver.CUfunction(func.ptr)
+            handle = driver.CUfunction(func.kernel.ptr if hasattr(func, "kernel") else func.ptr)
             cluster = tuple(s["cluster"])
             return lambda: tma.launch(handle, grid, block, smem, cluster, full)
         try:
