@@ -1,0 +1,56 @@
+"""On a GPU only (skipped elsewhere): the planted faults end in their own statuses and a short
+real port verifies every measured trial. benchmarks/port_bench.py runs the same jobs at full
+size on the H200."""
+from pathlib import Path
+
+import pytest
+
+from porter.engine import Engine
+from porter.jobs import make_spec, template_record
+from porter.store import open_store
+
+pytestmark = pytest.mark.gpu
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _has_gpu():
+    try:
+        from porter.backends.gpu import gpu_available
+        import cupy  # noqa: F401
+    except ImportError:
+        return False
+    return gpu_available()
+
+
+if not _has_gpu():
+    pytest.skip("no CUDA GPU with CuPy here", allow_module_level=True)
+
+
+def _run(tmp_path, name, sizes, trials, **kw):
+    from porter.backends.gpu import GpuBackend
+    store = open_store(f"sqlite:///{tmp_path / 'g.db'}")
+    spec, tpl, arch = make_spec(name, "sm_90a", sizes, trials, **kw)
+    src, space = template_record(tpl)
+    job = store.create_job(spec, tpl.name, tpl.source_hash, src, space)
+    be = GpuBackend(timeout_s=10)
+    try:
+        Engine(store, tpl, arch, be).run(job, spec)
+    finally:
+        be.close()
+    return store.trials(job)
+
+
+def test_planted_faults(tmp_path):
+    trials = _run(tmp_path, "planted", ["1024x1024"], 8,
+                  templates_dir=[ROOT / "tests" / "data" / "templates"])
+    by_mode = {}
+    for t in trials:
+        by_mode.setdefault(t.params["MODE"], set()).add(t.status)
+    assert by_mode == {0: {"measured"}, 1: {"wrong_result"}, 2: {"crashed"}, 3: {"timeout"}}
+
+
+def test_short_gemm_port_verifies_every_measured_trial(tmp_path):
+    trials = _run(tmp_path, "gemm_mma", ["1024x1024x1024"], 6)
+    measured = [t for t in trials if t.status == "measured"]
+    assert measured
+    assert all(m.error is not None and m.error < 1e-2 for t in measured for m in t.measurements)
