@@ -1,0 +1,313 @@
+"""Kernel Tuner interoperability: its cache files, BAT's T1 specifications, and importing a T1
+kernel as a porter template (op "kt").
+
+- `load_cache(path)`  -> KTCache: parameters in order, each entry's time (float) or failure
+  string ("InvalidConfig", "CompilationFailedConfig", "RuntimeFailedConfig", ...), device.
+- `kt_space(cache)`   -> (params, feasible): the configurations a search may spend evaluations
+  on: every cached configuration except InvalidConfig (statically infeasible, never counted).
+  Compile/runtime failures stay in: they cost an evaluation like any other.
+- `load_t1(path)`     -> T1: tuning parameters (Values parsed with ast.literal_eval), Conditions
+  as porter.expr.Expr (C-style operators translated), launch geometry.
+- `import_kt(kernel_cu, t1_json, out_dir)` -> the template folder it wrote.
+
+Grid sizes follow Kernel Tuner: with GridDiv lists, grid[d] = ceil(ProblemSize[d] / product of
+the divisors); without them, GlobalSizeType "CUDA" gives blocks and "OpenCL" gives threads.
+"""
+from __future__ import annotations
+
+import ast
+import gzip
+import json
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from .errors import SpecError, TemplateError
+from .expr import Expr
+
+FAILURES = ("InvalidConfig", "CompilationFailedConfig", "RuntimeFailedConfig", "ErrorConfig")
+_DIMS = ("X", "Y", "Z")
+_DEFAULT_DIV = {"X": ["block_size_x"], "Y": ["block_size_y"], "Z": ["block_size_z"]}
+
+
+# ---- caches --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class KTCache:
+    path: str
+    device: str
+    kernel_name: str
+    problem_size: tuple
+    params: Mapping[str, tuple]             # ordered name -> values
+    entries: Mapping[str, float | str]      # key "v1,v2,..." -> time (ms) or failure string
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self.params)
+
+    def key(self, config: Mapping[str, Any] | tuple) -> str:
+        vals = config if isinstance(config, tuple) else tuple(config[n] for n in self.names)
+        return ",".join(str(v) for v in vals)
+
+    def config(self, key: str) -> tuple:
+        """The value tuple of a cache key (values matched by their text)."""
+        texts = key.split(",")
+        if len(texts) != len(self.params):
+            raise SpecError(f"{self.path}: key {key!r} does not have {len(self.params)} values")
+        out = []
+        for t, (n, vals) in zip(texts, self.params.items()):
+            for v in vals:
+                if str(v) == t:
+                    out.append(v)
+                    break
+            else:
+                raise SpecError(f"{self.path}: key {key!r}: {t!r} is not a value of {n}")
+        return tuple(out)
+
+    def time(self, config) -> float | str | None:
+        return self.entries.get(self.key(config))
+
+    def valid_times(self) -> dict[str, float]:
+        return {k: v for k, v in self.entries.items() if isinstance(v, float)}
+
+    def optimum(self) -> tuple[str, float]:
+        return min(self.valid_times().items(), key=lambda kv: kv[1])
+
+    def top(self, n: int) -> list[dict]:
+        """The n fastest configurations, as dicts."""
+        best = sorted(self.valid_times().items(), key=lambda kv: kv[1])[:n]
+        return [dict(zip(self.names, self.config(k))) for k, _ in best]
+
+
+def _read_json(path: Path):
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as f:
+        return json.load(f)
+
+
+def load_cache(path: str | Path) -> KTCache:
+    p = Path(path)
+    try:
+        data = _read_json(p)
+    except (OSError, ValueError) as e:
+        raise SpecError(f"cannot read Kernel Tuner cache {p}: {e}") from None
+    if not isinstance(data, dict) or "cache" not in data or "tune_params_keys" not in data:
+        raise SpecError(f"{p} is not a Kernel Tuner cache file")
+    names = list(data["tune_params_keys"])
+    tp = data.get("tune_params") or {}
+    params = {n: tuple(tp.get(n, ())) for n in names}
+    entries: dict[str, float | str] = {}
+    for key, e in data["cache"].items():
+        t = e.get("time") if isinstance(e, dict) else None
+        if isinstance(t, (int, float)) and not isinstance(t, bool):
+            t = float(t)
+            if t >= 1e20:                     # some caches write failures as a huge time
+                t = "RuntimeFailedConfig"
+        elif isinstance(t, str):
+            pass
+        else:
+            t = "ErrorConfig"
+        entries[key] = t
+    if not all(params.values()):             # old caches without tune_params: rebuild
+        seen: dict[str, dict] = {n: {} for n in names}
+        for e in data["cache"].values():
+            for n in names:
+                seen[n].setdefault(str(e[n]), e[n])
+        params = {n: tuple(sorted(seen[n].values())) for n in names}
+    return KTCache(str(p), str(data.get("device_name", "")), str(data.get("kernel_name", "")),
+                   tuple(data.get("problem_size") or ()), params, entries)
+
+
+def kt_space(cache: KTCache) -> tuple[dict[str, tuple], set[tuple]]:
+    """(params, feasible): feasible = cached configurations other than InvalidConfig."""
+    feasible = {cache.config(k) for k, t in cache.entries.items() if t != "InvalidConfig"}
+    return dict(cache.params), feasible
+
+
+# ---- T1 ------------------------------------------------------------------------------------
+def translate(text: str) -> str:
+    """A T1 expression in porter's expression language: C-style boolean operators become
+    Python's, ProblemSize[i] becomes ProblemSize_i."""
+    s = str(text)
+    s = s.replace("&&", " and ").replace("||", " or ")
+    s = re.sub(r"!(?!=)", " not ", s)
+    s = re.sub(r"\btrue\b", "True", s)
+    s = re.sub(r"\bfalse\b", "False", s)
+    s = re.sub(r"ProblemSize\[(\d+)\]", r"ProblemSize_\1", s)
+    return s.strip()
+
+
+@dataclass(frozen=True)
+class T1:
+    name: str
+    kernel_name: str
+    kernel_file: str
+    params: Mapping[str, tuple]
+    defaults: Mapping[str, Any]
+    conditions: tuple[Expr, ...]
+    problem_size: tuple[int, ...]
+    local_size: Mapping[str, str]
+    global_size: Mapping[str, str]
+    global_size_type: str
+    grid_div: Mapping[str, list | None]
+    shared_memory: str
+    compiler_options: tuple[str, ...]
+    raw: Mapping = field(repr=False, default_factory=dict)
+
+    def is_valid(self, config: Mapping[str, Any]) -> bool:
+        env = dict(config)
+        env.update({f"ProblemSize_{i}": v for i, v in enumerate(self.problem_size)})
+        return all(bool(c(env)) for c in self.conditions)
+
+
+def _values(v):
+    if isinstance(v, str):
+        try:
+            v = ast.literal_eval(v)
+        except (ValueError, SyntaxError):
+            raise TemplateError(f"T1 Values {v!r} is not a Python literal list") from None
+    if not isinstance(v, (list, tuple)) or not v:
+        raise TemplateError(f"T1 Values {v!r} is not a non-empty list")
+    return tuple(v)
+
+
+def load_t1(path: str | Path) -> T1:
+    p = Path(path)
+    try:
+        raw = json.loads(p.read_text())
+    except (OSError, ValueError) as e:
+        raise SpecError(f"cannot read T1 file {p}: {e}") from None
+    cs = raw.get("ConfigurationSpace", {})
+    ks = raw.get("KernelSpecification", {})
+    params, defaults = {}, {}
+    for tp in cs.get("TuningParameters", []):
+        params[tp["Name"]] = _values(tp["Values"])
+        defaults[tp["Name"]] = tp.get("Default", params[tp["Name"]][0])
+    conds = tuple(Expr(translate(c["Expression"] if isinstance(c, dict) else c))
+                  for c in cs.get("Conditions", []))
+    if "KernelName" not in ks:
+        raise TemplateError(f"{p}: KernelSpecification has no KernelName")
+    grid_div = {d: ks.get(f"GridDiv{d}") for d in _DIMS}
+    return T1(
+        name=str(raw.get("General", {}).get("BenchmarkName") or ks.get("BenchmarkName")
+                 or ks["KernelName"]),
+        kernel_name=str(ks["KernelName"]), kernel_file=str(ks.get("KernelFile", "")),
+        params=params, defaults=defaults, conditions=conds,
+        problem_size=tuple(int(x) for x in ks.get("ProblemSize", ())),
+        local_size={d: str(ks.get("LocalSize", {}).get(d, "1")) for d in _DIMS},
+        global_size={d: str(ks.get("GlobalSize", {}).get(d, "1")) for d in _DIMS},
+        global_size_type=str(ks.get("GlobalSizeType", "CUDA")),
+        grid_div=grid_div, shared_memory=str(ks.get("SharedMemory", 0) or 0),
+        compiler_options=tuple(ks.get("CompilerOptions", ()) or ()), raw=raw)
+
+
+# ---- import --------------------------------------------------------------------------------
+def _launch_expr(text: str) -> str:
+    """A T1 launch expression over porter's size names P0, P1, ..."""
+    return re.sub(r"ProblemSize\[(\d+)\]", r"P\1", translate(str(text)))
+
+
+def _grid(t1: T1) -> list[str]:
+    out = []
+    has_div = any(v is not None for v in t1.grid_div.values())
+    for i, d in enumerate(_DIMS):
+        size = f"P{i}" if i < len(t1.problem_size) else "1"
+        if has_div:
+            div = t1.grid_div[d]
+            if div is None:
+                div = [x for x in _DEFAULT_DIV[d] if x in t1.params] or ["1"]
+            divs = [_launch_expr(x) for x in (div if isinstance(div, list) else [div])]
+            prod = " * ".join(f"({x})" for x in divs) if divs else "1"
+            out.append(f"ceil_div({size}, {prod})")
+        elif t1.global_size_type.lower() == "opencl":
+            out.append(f"ceil_div({_launch_expr(t1.global_size[d])}, "
+                       f"({_launch_expr(t1.local_size[d])}))")
+        else:
+            out.append(_launch_expr(t1.global_size[d]))
+    return out
+
+
+_GLOBAL_RE = r"(__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+{name}\s*\()"
+
+
+def add_extern_c(source: str, kernel: str) -> str:
+    """Adds `extern "C"` to the kernel's declaration(s) where missing (NVRTC keeps the name)."""
+    pat = re.compile(r'(extern\s+"C"\s+)?' + _GLOBAL_RE.format(name=re.escape(kernel)))
+    if not pat.search(source):
+        raise TemplateError(f"the source has no `__global__ void {kernel}(` declaration")
+    return pat.sub(lambda m: m.group(0) if m.group(1) else 'extern "C" ' + m.group(2), source)
+
+
+def _toml_str(s: str) -> str:
+    return json.dumps(s)
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    return json.dumps(str(v))
+
+
+def import_kt(kernel_cu: Path, t1_json: Path, out_dir: Path) -> Path:
+    """Writes a template folder (kernel.cu, t1.json, space.toml) for a T1 kernel and returns it.
+    The template uses op "kt"; its sizes are P0, P1, ... with default the T1 ProblemSize."""
+    kernel_cu, t1_json, out_dir = Path(kernel_cu), Path(t1_json), Path(out_dir)
+    t1 = load_t1(t1_json)
+    source = add_extern_c(kernel_cu.read_text(), t1.kernel_name)
+    if not t1.problem_size:
+        raise TemplateError(f"{t1_json}: KernelSpecification has no ProblemSize")
+    for n in t1.params:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", n) or re.fullmatch(r"P\d+", n):
+            raise TemplateError(f"T1 parameter name {n!r} cannot be a porter parameter")
+    sizes = [f"P{i}" for i in range(len(t1.problem_size))]
+    # Kernel Tuner defines block_size_x/y/z for every kernel; keep that for constant ones
+    options = [o for o in t1.compiler_options if not o.startswith("-std")]
+    for i, d in enumerate(_DIMS):
+        name = f"block_size_{d.lower()}"
+        if name not in t1.params:
+            try:
+                val = int(ast.literal_eval(t1.local_size[d]))
+                options.append(f"-D{name}={val}")
+            except (ValueError, SyntaxError):
+                pass
+    block = [_launch_expr(t1.local_size[d]) for d in _DIMS]
+    smem = _launch_expr(t1.shared_memory)
+    lines = [
+        "# imported from a Kernel Tuner / BAT T1 specification by porter.kt.import_kt",
+        "[template]",
+        f"name = {_toml_str(t1.name)}",
+        'op = "kt"',
+        f"kernel = {_toml_str(t1.kernel_name)}",
+        'source = "kernel.cu"',
+        'version = "1"',
+        f"options = [{', '.join(_toml_str(o) for o in options)}]",
+        f"description = {_toml_str('Kernel Tuner T1 import of ' + t1.kernel_file)}",
+        "",
+        "[sizes]",
+        f"names = [{', '.join(_toml_str(s) for s in sizes)}]",
+        f"default = [{_toml_str('x'.join(str(v) for v in t1.problem_size))}]",
+        "",
+        "[params]   # T1 value order kept (the auto sampler's neighbourhoods follow it)",
+    ]
+    for n, vals in t1.params.items():
+        ordered = list(vals)
+        # keep the value order (the auto sampler uses it as a neighbourhood)
+        lines.append(f"{n} = [{', '.join(_toml_value(v) for v in ordered)}]")
+    conds = []
+    for c in t1.conditions:
+        text = re.sub(r"ProblemSize_(\d+)", r"P\1", c.text)
+        conds.append(text)
+    lines += ["", "[constraints]", "list = ["]
+    lines += [f"  {_toml_str(c)}," for c in conds]
+    lines += ["]", "", "[launch]",
+              f"grid = [{', '.join(_toml_str(g) for g in _grid(t1))}]",
+              f"block = [{', '.join(_toml_str(b) for b in block)}]",
+              f"smem = {_toml_str(smem)}", ""]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "kernel.cu").write_text(source)
+    shutil.copyfile(t1_json, out_dir / "t1.json")
+    (out_dir / "space.toml").write_text("\n".join(lines))
+    return out_dir
