@@ -2,8 +2,10 @@
 
 Optuna's samplers ("tpe", "random", "cmaes", "gp", "grid") are used as they are. The default,
 "auto", knows the feasible set, never proposes a configuration twice and uses the order of the
-values in each parameter: after a few random starts it proposes the unseen feasible
-configuration nearest (in index space) to one of the best so far, with some random restarts.
+values in each parameter: after a few random starts it runs a steady-state genetic search over
+value indices (rank-weighted parents among the best so far, uniform crossover, mutations that
+step along a parameter's value order or jump to any value), proposing only unseen feasible
+configurations, with some random restarts.
 Every proposal is an Optuna trial, so a study in the database is shared by several workers and
 an interrupted job resumes where it stopped.
 """
@@ -37,6 +39,11 @@ def _sampler(name: str, seed: int, space: SearchSpace):
     if name == "cmaes":
         return s.CmaEsSampler(seed=seed, warn_independent_sampling=False)
     if name == "gp":
+        try:
+            import torch  # noqa: F401  (Optuna's GP sampler needs it)
+        except ImportError:
+            raise SpecError("the gp sampler needs PyTorch: pip install torch "
+                            "(or pick --sampler auto/tpe)") from None
         return s.GPSampler(seed=seed)
     if name == "grid":
         return s.GridSampler({k: list(v) for k, v in space.params.items()}, seed=seed)
@@ -46,6 +53,7 @@ def _sampler(name: str, seed: int, space: SearchSpace):
 
 
 class Searcher:
+    PATIENCE = 60    # auto: results without a new best before a restart
     def __init__(self, space: SearchSpace, sampler: str = "auto", seed: int = 0,
                  storage=None, study_name: str | None = None, warm_start: Sequence[dict] = ()):
         optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -105,29 +113,95 @@ class Searcher:
         return tuple(p[v] for p, v in zip(self._pos, key))
 
     # ---- proposals ---------------------------------------------------------------------
+    def _feasible_set(self) -> set[tuple]:
+        if getattr(self, "_fset", None) is None:
+            self._fset = set(self.feasible())
+        return self._fset
+
+    def _random_unseen(self, seen) -> tuple | None:
+        feas = self.feasible()
+        for _ in range(64):
+            c = feas[self.rng.randrange(len(feas))]
+            if c not in seen:
+                return c
+        unseen = [c for c in feas if c not in seen]
+        return self.rng.choice(unseen) if unseen else None
+
+    def _mutate(self, ix: list[int]) -> list[int]:
+        """Changes one to three parameters: a step of one or two positions in the value order,
+        or (half the time) any other value."""
+        sizes = self._sizes
+        free = [i for i, n in enumerate(sizes) if n > 1]
+        if not free:
+            return ix
+        r = self.rng.random()
+        k = 1 if r < 0.7 else (2 if r < 0.9 else 3)
+        for g in self.rng.sample(free, min(k, len(free))):
+            if self.rng.random() < 0.5:
+                step = self.rng.choice((-2, -1, 1, 2))
+                ix[g] = min(sizes[g] - 1, max(0, ix[g] + step))
+            else:
+                ix[g] = self.rng.choice([v for v in range(sizes[g]) if v != ix[g]])
+        return ix
+
+    def _child(self, elites: list[tuple]) -> tuple:
+        """A steady-state genetic step over index vectors: rank-weighted parents, uniform
+        crossover (half the time), then mutation."""
+        weights = [len(elites) - i for i in range(len(elites))]
+        a = list(self._index(self.rng.choices(elites, weights)[0]))
+        if len(elites) > 1 and self.rng.random() < 0.5:
+            b = self._index(self.rng.choices(elites, weights)[0])
+            a = [x if self.rng.random() < 0.5 else y for x, y in zip(a, b)]
+            if self.rng.random() < 0.5:
+                a = self._mutate(a)
+        else:
+            a = self._mutate(a)
+        return tuple(self.space.params[n][i] for n, i in zip(self.names, a))
+
     def _auto_proposal(self) -> tuple | None:
+        """Warm-start configurations first, then a few random ones, then children of the best
+        configurations so far (a steady-state genetic search over the parameters' value
+        orders), with occasional random restarts; only unseen feasible configurations."""
         seen, done = self._history()
         while self._warm:
             w = self._key(self._warm.pop(0))
             if w not in seen:
                 return w
-        unseen = [c for c in self.feasible() if c not in seen]
+        feas = self.feasible()
+        fset = self._feasible_set()
+        if not feas or sum(1 for k in seen if k in fset) >= len(feas):
+            return None
+        if not hasattr(self, "_sizes"):
+            self._sizes = [len(self.space.params[n]) for n in self.names]
+        n_init = min(10, max(3, len(feas) // 50))
+        # restarts: after PATIENCE results without a new best, the search starts a fresh
+        # population (random starts, elites only from results since the restart)
+        if not hasattr(self, "_best"):
+            self._best, self._best_at, self._island, self._island_n = float("inf"), 0, set(), 0
+        if done and done[0][0] < self._best:
+            self._best, self._best_at = done[0][0], len(done)
+        if len(done) - self._best_at > self.PATIENCE and len(done) - self._island_n > \
+                self.PATIENCE:
+            self._island = {k for _, k in done}
+            self._island_n = self._best_at = len(done)
+        local = [(v, k) for v, k in done if k not in self._island] if self._island else done
+        if len(local) < n_init or self.rng.random() < 0.05:
+            return self._random_unseen(seen)
+        n_pop = max(4, min(12, len(local) // 5))
+        elites = [k for _, k in local[:n_pop]]
+        for _ in range(100):
+            c = self._child(elites)
+            if c not in seen and c in fset:
+                return c
+        # every nearby child was tried: the unseen configuration fewest changes from an elite
+        centre = self.rng.choice(elites)
+        unseen = [c for c in feas if c not in seen]
         if not unseen:
             return None
-        n_init = min(10, max(3, len(self.feasible()) // 50))
-        if len(done) < n_init or self.rng.random() < 0.15:
-            return self.rng.choice(unseen)
-        done.sort()
-        elites = [k for _, k in done[:5]]
-        weights = [1.0 / (i + 1) for i in range(len(elites))]
-        centre = self._index(self.rng.choices(elites, weights)[0])
-        spans = [max(1, len(self.space.params[n]) - 1) for n in self.names]
-
-        def dist(c):
-            ix = self._index(c)
-            return sum(abs(a - b) / s for a, b, s in zip(ix, centre, spans))
-        best_d = min(dist(c) for c in unseen)
-        return self.rng.choice([c for c in unseen if dist(c) <= best_d + 1e-9])
+        def changes(c):
+            return sum(a != b for a, b in zip(c, centre))
+        best = min(changes(c) for c in unseen)
+        return self.rng.choice([c for c in unseen if changes(c) == best])
 
     def ask(self) -> tuple[int, dict] | None:
         """The next configuration and its trial number; None once nothing is left to try."""
