@@ -1,0 +1,151 @@
+"""porter.search: the Searcher's contract for every sampler."""
+from __future__ import annotations
+
+import importlib.util
+
+import optuna
+import pytest
+
+from porter.errors import SpecError
+from porter.search import SAMPLERS, Searcher, SearchSpace
+
+PARAMS = {"bx": (16, 32, 64, 128, 256), "ty": (1, 2, 4, 8), "mode": ("a", "b")}
+
+
+def feasible(cfg) -> bool:
+    return cfg["bx"] * cfg["ty"] <= 512
+
+
+def objective(cfg) -> float | None:
+    if cfg["bx"] == 16 and cfg["ty"] == 8:
+        return None                                     # a "compile failure"
+    return abs(cfg["bx"] - 64) / 64 + abs(cfg["ty"] - 4) + (cfg["mode"] == "b") * 0.5
+
+
+SPACE = SearchSpace(PARAMS, feasible)
+N_FEASIBLE = sum(feasible(dict(zip(PARAMS, v)))
+                 for v in __import__("itertools").product(*PARAMS.values()))
+OPTIONAL = {"gp": "torch", "cmaes": "cmaes"}
+
+
+def available(sampler: str) -> bool:
+    mod = OPTIONAL.get(sampler)
+    return mod is None or importlib.util.find_spec(mod) is not None
+
+
+def drive(searcher: Searcher, n: int | None = None) -> list[dict]:
+    out = []
+    while n is None or len(out) < n:
+        got = searcher.ask()
+        if got is None:
+            break
+        number, cfg = got
+        out.append(cfg)
+        searcher.tell(number, objective(cfg) if feasible(cfg) else None)
+    return out
+
+
+def keys(cfgs):
+    return [tuple(c[k] for k in PARAMS) for c in cfgs]
+
+
+@pytest.mark.parametrize("sampler", ["auto", "grid", "random"])
+def test_exhaustion_without_repeats(sampler):
+    cfgs = drive(Searcher(SPACE, sampler, seed=3), n=500)
+    assert len(set(keys(cfgs))) == len(cfgs)
+    feasible_seen = [c for c in cfgs if feasible(c)]
+    assert len(feasible_seen) == N_FEASIBLE
+    if sampler == "auto":
+        assert len(cfgs) == N_FEASIBLE                 # auto never proposes an infeasible one
+
+
+@pytest.mark.parametrize("sampler", SAMPLERS)
+def test_each_sampler_runs_without_repeats(sampler):
+    if not available(sampler):
+        with pytest.raises(SpecError, match="pip install"):
+            Searcher(SPACE, sampler, seed=0)
+        return
+    s = Searcher(SPACE, sampler, seed=0)
+    cfgs = drive(s, n=12)
+    assert len(cfgs) == 12 and len(set(keys(cfgs))) == 12
+    assert all(set(c) == set(PARAMS) and all(c[k] in PARAMS[k] for k in PARAMS) for c in cfgs)
+    states = [t.state for t in s.study.trials]
+    assert states.count(optuna.trial.TrialState.COMPLETE) + \
+        states.count(optuna.trial.TrialState.FAIL) == 12
+    assert [t.params for t in s.study.trials
+            if t.state != optuna.trial.TrialState.PRUNED] == cfgs
+
+
+def test_unknown_sampler():
+    with pytest.raises(SpecError, match="unknown sampler"):
+        Searcher(SPACE, "annealing")
+
+
+@pytest.mark.parametrize("sampler", ["auto", "tpe", "random"])
+def test_seeded_determinism(sampler):
+    a = keys(drive(Searcher(SPACE, sampler, seed=7), n=15))
+    b = keys(drive(Searcher(SPACE, sampler, seed=7), n=15))
+    assert a == b
+
+
+def test_auto_never_proposes_infeasible_and_finds_the_optimum():
+    cfgs = drive(Searcher(SPACE, "auto", seed=1), n=N_FEASIBLE)
+    assert all(feasible(c) for c in cfgs)
+    assert {"bx": 64, "ty": 4, "mode": "a"} in cfgs
+
+
+def test_warm_start_first_and_only_feasible():
+    warm = [{"bx": 256, "ty": 8, "mode": "a"},       # infeasible: dropped
+            {"bx": 32, "ty": 2, "mode": "b"}, {"bx": 64, "ty": 1, "mode": "a"}]
+    for sampler in ("auto", "tpe"):
+        cfgs = drive(Searcher(SPACE, sampler, seed=0, warm_start=warm), n=4)
+        assert cfgs[:2] == warm[1:]
+        assert warm[0] not in cfgs
+
+
+def test_empty_feasible_set():
+    s = Searcher(SearchSpace(PARAMS, lambda c: False), "auto")
+    assert s.ask() is None
+
+
+def test_failed_and_nonfinite_results_are_fail_trials():
+    s = Searcher(SPACE, "auto", seed=0)
+    n1, _ = s.ask()
+    n2, _ = s.ask()
+    s.tell(n1, None)
+    s.tell(n2, float("inf"))
+    assert [t.state for t in s.study.trials] == [optuna.trial.TrialState.FAIL] * 2
+
+
+@pytest.mark.parametrize("sampler", ["auto", "tpe"])
+def test_shared_study_on_sqlite(tmp_path, sampler):
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    a = Searcher(SPACE, sampler, seed=1, storage=url, study_name="job-1")
+    b = Searcher(SPACE, sampler, seed=2, storage=url, study_name="job-1")
+    proposed = []
+    open_ = []
+    for _ in range(10):               # interleaved, with one trial of each still running
+        for s in (a, b):
+            got = s.ask()
+            assert got is not None
+            proposed.append(got[1])
+            open_.append((s, got))
+        for s, (number, cfg) in open_[:-2]:
+            s.tell(number, objective(cfg) if feasible(cfg) else None)
+        open_ = open_[-2:]
+    assert len(set(keys(proposed))) == len(proposed)
+    study = optuna.load_study(study_name="job-1", storage=url)
+    assert len(study.trials) == 20
+
+    # a third searcher resumes: it proposes none of the finished or running ones
+    c = Searcher(SPACE, sampler, seed=3, storage=url, study_name="job-1")
+    more = drive(c, n=5)
+    assert not set(keys(more)) & set(keys(proposed))
+
+
+def test_resume_exhausts_only_the_rest(tmp_path):
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    first = drive(Searcher(SPACE, "auto", seed=0, storage=url, study_name="s"), n=10)
+    rest = drive(Searcher(SPACE, "auto", seed=0, storage=url, study_name="s"))
+    assert len(first) + len(rest) == N_FEASIBLE
+    assert not set(keys(first)) & set(keys(rest))
