@@ -127,6 +127,24 @@ def record(job: int, out: Path = typer.Option(..., "-o", "--out"), db: Optional[
     console.print(f"{out}: {len(trials)} trials")
 
 
+@app.command("import-kt")
+def import_kt(kernel: Path = typer.Argument(..., help="the kernel's .cu file"),
+              spec: Path = typer.Argument(..., help="its T1 JSON file"),
+              out: Optional[Path] = typer.Option(None, "-o", "--out",
+                                                 help="template folder to write")):
+    """Turn a Kernel Tuner kernel and its T1 file into a template that tunes like any other."""
+    from .kt import import_kt as do_import
+    from .template import load_template
+    for p in (kernel, spec):
+        if not p.is_file():
+            raise PorterError(f"{p} does not exist")
+    folder = do_import(kernel, spec, out or Path("templates") / kernel.stem)
+    t = load_template(folder)
+    console.print(f"{folder}: template {t.name!r}, {len(t.params)} parameters, "
+                  f"{t.space_size()} configurations; port it with: porter port {folder} "
+                  "--arch ARCH")
+
+
 def _service():
     from .store import plugin
     return plugin("service")()

@@ -99,3 +99,17 @@ def test_compile_only_port_records_every_trial(env):
     assert len(statuses) == 8 and set(statuses) == {"compiled"}
     r = porter("jobs", **env)
     assert r.returncode == 0 and "planted" in r.stdout
+
+
+def test_import_kt_then_port(env, tmp_path):
+    kt = ROOT / "tests" / "data" / "kt"
+    out = tmp_path / "vadd"
+    r = porter("import-kt", str(kt / "vector_add.cu"), str(kt / "vector_add.T1.json"), "-o",
+               str(out), **env)
+    assert r.returncode == 0, r.stderr
+    assert (out / "space.toml").is_file() and (out / "t1.json").is_file()
+    r = porter("port", str(out), "--arch", "sm_90a", "--trials", "3", **env)
+    assert r.returncode == 0, r.stderr
+    assert rows(env["db"], "porter_trials") == 3
+    r = porter("import-kt", str(kt / "missing.cu"), str(kt / "vector_add.T1.json"), **env)
+    assert r.returncode == 2 and "does not exist" in r.stderr
