@@ -1,246 +1,460 @@
 """Search over a template's space with Optuna's ask/tell.
 
-Optuna's samplers ("tpe", "random", "cmaes", "gp", "grid") are used as they are. The default,
-"auto", knows the feasible set, never proposes a configuration twice and uses the order of the
-values in each parameter: after a few random starts it runs a steady-state genetic search over
-value indices (rank-weighted parents among the best so far, uniform crossover, mutations that
-step along a parameter's value order or jump to any value), proposing only unseen feasible
-configurations, with some random restarts.
-Every proposal is an Optuna trial, so a study in the database is shared by several workers and
-an interrupted job resumes where it stopped.
+Every proposal is an Optuna trial of the study (in memory, or in a database shared by several
+workers), so dashboards plot it and an interrupted job resumes where it stopped: trials already
+COMPLETE or FAIL in the study count as seen, and trials RUNNING in other workers are not proposed
+again. Parameters are recorded as categorical with their real values.
+
+Proposals come from one of two places:
+
+- "tpe", "random", "cmaes", "gp", "grid": the Optuna sampler of that name, seeded, run on a
+  private in-memory study in which every numeric parameter is the integer index of its value in
+  the declared order (so TPE, CMA-ES and GP see the order; strings stay categorical). A repeat
+  or a statically infeasible proposal is answered there (with the earlier result, or the worst
+  result so far) and costs the caller nothing.
+- "auto" (the default): enumerates the feasible set (up to MAX_ENUMERATE configurations), never
+  proposes a configuration twice and only proposes feasible ones. After a few random
+  configurations it mostly climbs: it tries unseen neighbours (one parameter moved one or two
+  places in its value order) of the best configurations so far, and breeds children of them
+  (uniform crossover and mutations in index space) when a neighbourhood is used up, with an
+  occasional random restart. See `_Auto`.
+
+Warm-start configurations (feasible ones only) are proposed first, in the order given.
 """
 from __future__ import annotations
 
 import itertools
+import math
 import random
-import time
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import optuna
+from optuna.distributions import CategoricalDistribution, IntDistribution
+from optuna.trial import TrialState
 
 from .errors import SpecError
 
-MAX_ENUMERATE = 2_000_000
+SAMPLERS = ("auto", "tpe", "random", "cmaes", "gp", "grid")
+MAX_ENUMERATE = 1_000_000     # the auto sampler enumerates spaces up to this many configurations
+_MAX_INNER = 64               # proposals an Optuna sampler may waste per ask (repeats, infeasible)
+
+Key = tuple   # a configuration as its values in parameter order
 
 
 @dataclass(frozen=True)
 class SearchSpace:
-    params: Mapping[str, tuple]
-    is_feasible: Callable[[dict], bool]
+    params: Mapping[str, tuple]          # ordered name -> values (numbers or strings)
+    is_feasible: Callable[[dict], bool]  # static check (constraints); cheap
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self.params)
+
+    def size(self) -> int:
+        return math.prod(len(v) for v in self.params.values())
+
+    def contains(self, config: Mapping[str, Any]) -> bool:
+        return set(config) == set(self.params) and \
+            all(config[n] in vals for n, vals in self.params.items())
 
 
-def _sampler(name: str, seed: int, space: SearchSpace):
-    s = optuna.samplers
-    if name == "tpe":
-        return s.TPESampler(seed=seed, constant_liar=True, multivariate=True)
-    if name == "random":
-        return s.RandomSampler(seed=seed)
-    if name == "cmaes":
-        return s.CmaEsSampler(seed=seed, warn_independent_sampling=False)
-    if name == "gp":
-        try:
-            import torch  # noqa: F401  (Optuna's GP sampler needs it)
-        except ImportError:
-            raise SpecError("the gp sampler needs PyTorch: pip install torch "
-                            "(or pick --sampler auto/tpe)") from None
-        return s.GPSampler(seed=seed)
-    if name == "grid":
-        return s.GridSampler({k: list(v) for k, v in space.params.items()}, seed=seed)
-    if name == "auto":
-        return s.RandomSampler(seed=seed)   # only fills what enqueue_trial leaves open
-    raise SpecError(f"unknown sampler {name!r}")
+def _numeric(values: tuple) -> bool:
+    return all(isinstance(v, (int, float)) for v in values)
+
+
+def _need(module: str, package: str, what: str) -> None:
+    """Optional dependencies fail at use, with what to install."""
+    try:
+        __import__(module)
+    except ImportError:
+        raise SpecError(f"{what} needs the {package!r} package: pip install {package} "
+                        "(or pick --sampler auto)") from None
+
+
+class _Pinned(optuna.samplers.BaseSampler):
+    """The recorded study's sampler: it returns the configuration the searcher chose."""
+
+    def __init__(self):
+        self.next: dict[str, Any] = {}
+
+    def infer_relative_search_space(self, study, trial):
+        return {}
+
+    def sample_relative(self, study, trial, search_space):
+        return {}
+
+    def sample_independent(self, study, trial, param_name, param_distribution):
+        return self.next[param_name]
 
 
 class Searcher:
-    PATIENCE = 60    # auto: results without a new best before a restart
+    """Proposes configurations of `space` and records each as a trial of an Optuna study.
+
+    ask() -> (trial number, config), or None once every feasible configuration was proposed
+    (for "auto" and "grid"; the other samplers cannot know). tell(number, objective) with
+    objective lower-is-better, or None for a failed configuration."""
+
     def __init__(self, space: SearchSpace, sampler: str = "auto", seed: int = 0,
                  storage=None, study_name: str | None = None, warm_start: Sequence[dict] = ()):
+        if sampler not in SAMPLERS:
+            raise SpecError(f"unknown sampler {sampler!r}; pick one of {', '.join(SAMPLERS)}")
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.space = space
-        self.names = tuple(space.params)
+        self.names = space.names
         self.kind = sampler
-        self.rng = random.Random(seed)
-        self.study = optuna.create_study(
-            storage=storage, study_name=study_name, load_if_exists=True,
-            sampler=_sampler(sampler, seed, space), direction="minimize")
-        self._feasible: list[tuple] | None = None
-        self._warm = [dict(w) for w in warm_start
-                      if set(w) == set(self.names) and self._valid(w)]
-        self._own: dict[int, tuple] = {}
-        self._seen: set[tuple] = set()
-        self._done: dict[tuple, float] = {}
-        self._synced = -1e9
+        self.seed = seed
+        self._pinned = _Pinned()
+        self._study = optuna.create_study(storage=storage, study_name=study_name,
+                                          load_if_exists=True, sampler=self._pinned,
+                                          direction="minimize")
+        self._shared = storage is not None
+        self._dists = {n: CategoricalDistribution(list(v)) for n, v in space.params.items()}
+        self._results: dict[Key, float | None] = {}   # told (here or by another worker)
+        self._pending: set[Key] = set()               # proposed, not told yet
+        self._own: dict[int, Key] = {}                # our open trial numbers
+        self._synced: dict[int, bool] = {}            # trial number -> finished when read
+        self._feasible_cache: dict[Key, bool] = {}
+        self._warm = [self._key(w) for w in warm_start
+                      if space.contains(w) and self._feasible(self._key(w))]
+        self._engine = _Auto(self, seed) if sampler == "auto" else _OptunaProposer(self, seed)
+        self._sync()
 
-    # ---- helpers -------------------------------------------------------------------------
-    def _valid(self, cfg: Mapping) -> bool:
-        return all(cfg[n] in self.space.params[n] for n in self.names) and \
-            self.space.is_feasible(dict(cfg))
+    # ---- public ------------------------------------------------------------------------
+    @property
+    def study(self) -> optuna.Study:
+        return self._study
 
-    def _key(self, cfg: Mapping) -> tuple:
-        return tuple(cfg[n] for n in self.names)
-
-    def feasible(self) -> list[tuple]:
-        if self._feasible is None:
-            total = 1
-            for v in self.space.params.values():
-                total *= len(v)
-            if total > MAX_ENUMERATE:
-                raise SpecError(f"the space has {total} configurations; the auto sampler "
-                                f"enumerates at most {MAX_ENUMERATE}: pick --sampler tpe")
-            self._feasible = [vals for vals in itertools.product(*self.space.params.values())
-                              if self.space.is_feasible(dict(zip(self.names, vals)))]
-        return self._feasible
-
-    def _history(self, max_age: float = 2.0):
-        """Configurations already proposed (by any worker sharing the study) and the results.
-        Kept here and merged from the storage at most every `max_age` seconds."""
-        now = time.monotonic()
-        if now - self._synced > max_age:
-            self._synced = now
-            for t in self.study.get_trials(deepcopy=False):
-                if set(t.params) != set(self.names):
-                    continue
-                key = self._key(t.params)
-                self._seen.add(key)
-                if t.state == optuna.trial.TrialState.COMPLETE and t.value is not None:
-                    self._done[key] = t.value
-        return self._seen, sorted((v, k) for k, v in self._done.items())
-
-    def _index(self, key: tuple) -> tuple:
-        if not hasattr(self, "_pos"):
-            self._pos = [{v: i for i, v in enumerate(self.space.params[n])} for n in self.names]
-        return tuple(p[v] for p, v in zip(self._pos, key))
-
-    # ---- proposals ---------------------------------------------------------------------
-    def _feasible_set(self) -> set[tuple]:
-        if getattr(self, "_fset", None) is None:
-            self._fset = set(self.feasible())
-        return self._fset
-
-    def _random_unseen(self, seen) -> tuple | None:
-        feas = self.feasible()
-        for _ in range(64):
-            c = feas[self.rng.randrange(len(feas))]
-            if c not in seen:
-                return c
-        unseen = [c for c in feas if c not in seen]
-        return self.rng.choice(unseen) if unseen else None
-
-    def _mutate(self, ix: list[int]) -> list[int]:
-        """Changes one to three parameters: a step of one or two positions in the value order,
-        or (half the time) any other value."""
-        sizes = self._sizes
-        free = [i for i, n in enumerate(sizes) if n > 1]
-        if not free:
-            return ix
-        r = self.rng.random()
-        k = 1 if r < 0.7 else (2 if r < 0.9 else 3)
-        for g in self.rng.sample(free, min(k, len(free))):
-            if self.rng.random() < 0.5:
-                step = self.rng.choice((-2, -1, 1, 2))
-                ix[g] = min(sizes[g] - 1, max(0, ix[g] + step))
-            else:
-                ix[g] = self.rng.choice([v for v in range(sizes[g]) if v != ix[g]])
-        return ix
-
-    def _child(self, elites: list[tuple]) -> tuple:
-        """A steady-state genetic step over index vectors: rank-weighted parents, uniform
-        crossover (half the time), then mutation."""
-        weights = [len(elites) - i for i in range(len(elites))]
-        a = list(self._index(self.rng.choices(elites, weights)[0]))
-        if len(elites) > 1 and self.rng.random() < 0.5:
-            b = self._index(self.rng.choices(elites, weights)[0])
-            a = [x if self.rng.random() < 0.5 else y for x, y in zip(a, b)]
-            if self.rng.random() < 0.5:
-                a = self._mutate(a)
-        else:
-            a = self._mutate(a)
-        return tuple(self.space.params[n][i] for n, i in zip(self.names, a))
-
-    def _auto_proposal(self) -> tuple | None:
-        """Warm-start configurations first, then a few random ones, then children of the best
-        configurations so far (a steady-state genetic search over the parameters' value
-        orders), with occasional random restarts; only unseen feasible configurations."""
-        seen, done = self._history()
-        while self._warm:
-            w = self._key(self._warm.pop(0))
-            if w not in seen:
-                return w
-        feas = self.feasible()
-        fset = self._feasible_set()
-        if not feas or sum(1 for k in seen if k in fset) >= len(feas):
-            return None
-        if not hasattr(self, "_sizes"):
-            self._sizes = [len(self.space.params[n]) for n in self.names]
-        n_init = min(10, max(3, len(feas) // 50))
-        # restarts: after PATIENCE results without a new best, the search starts a fresh
-        # population (random starts, elites only from results since the restart)
-        if not hasattr(self, "_best"):
-            self._best, self._best_at, self._island, self._island_n = float("inf"), 0, set(), 0
-        if done and done[0][0] < self._best:
-            self._best, self._best_at = done[0][0], len(done)
-        if len(done) - self._best_at > self.PATIENCE and len(done) - self._island_n > \
-                self.PATIENCE:
-            self._island = {k for _, k in done}
-            self._island_n = self._best_at = len(done)
-        local = [(v, k) for v, k in done if k not in self._island] if self._island else done
-        if len(local) < n_init or self.rng.random() < 0.05:
-            return self._random_unseen(seen)
-        n_pop = max(4, min(12, len(local) // 5))
-        elites = [k for _, k in local[:n_pop]]
-        for _ in range(100):
-            c = self._child(elites)
-            if c not in seen and c in fset:
-                return c
-        # every nearby child was tried: the unseen configuration fewest changes from an elite
-        centre = self.rng.choice(elites)
-        unseen = [c for c in feas if c not in seen]
-        if not unseen:
-            return None
-        def changes(c):
-            return sum(a != b for a, b in zip(c, centre))
-        best = min(changes(c) for c in unseen)
-        return self.rng.choice([c for c in unseen if changes(c) == best])
+    def seen(self, config: Mapping[str, Any]) -> bool:
+        k = self._key(config)
+        return k in self._results or k in self._pending
 
     def ask(self) -> tuple[int, dict] | None:
         """The next configuration and its trial number; None once nothing is left to try."""
-        if self.kind == "auto":
-            key = self._auto_proposal()
-            if key is None:
-                return None
-            self.study.enqueue_trial(dict(zip(self.names, key)), skip_if_exists=False)
-        if self.kind != "auto":
-            self._history()
-        for _ in range(1000 if self.kind != "auto" else 1):
-            trial = self.study.ask()
-            cfg = {n: trial.suggest_categorical(n, list(v))
-                   for n, v in self.space.params.items()}
-            key = self._key(cfg)
-            seen = self._seen
-            if self.kind == "auto" or key not in seen:
-                self._seen.add(key)
-                self._own[trial.number] = key
-                return trial.number, cfg
-            # an Optuna sampler repeated itself: that costs no evaluation
-            self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-            if self.kind == "grid" and len(seen) >= self._grid_size():
-                return None
-        return None
-
-    def _grid_size(self) -> int:
-        n = 1
-        for v in self.space.params.values():
-            n *= len(v)
-        return n
+        if self._shared:
+            self._sync()
+        while self._warm:
+            key = self._warm.pop(0)
+            if not self._is_seen(key):
+                return self._record(key)
+        key = self._engine.propose()
+        return None if key is None else self._record(key)
 
     def tell(self, number: int, objective: float | None) -> None:
-        state = optuna.trial.TrialState.COMPLETE if objective is not None else \
-            optuna.trial.TrialState.FAIL
+        """Records the result of trial `number`: lower is better; None means it failed."""
+        if objective is not None and not math.isfinite(objective):
+            objective = None
         key = self._own.pop(number, None)
-        if key is not None and objective is not None:
-            self._done[key] = objective
+        if key is not None:
+            self._pending.discard(key)
+            self._results[key] = objective
+            self._engine.told(key, objective)
+        state = TrialState.COMPLETE if objective is not None else TrialState.FAIL
         try:
-            self.study.tell(number, objective if objective is not None else None, state=state)
+            self._study.tell(number, objective, state=state)
         except (ValueError, RuntimeError):
-            pass  # already finished (another worker, or a resumed job)
+            pass  # already finished (by another worker, or a resumed job)
+        self._synced[number] = True
+
+    # ---- helpers -----------------------------------------------------------------------
+    def _key(self, config: Mapping[str, Any]) -> Key:
+        return tuple(config[n] for n in self.names)
+
+    def _config(self, key: Key) -> dict:
+        return dict(zip(self.names, key))
+
+    def _is_seen(self, key: Key) -> bool:
+        return key in self._results or key in self._pending
+
+    def _feasible(self, key: Key) -> bool:
+        ok = self._feasible_cache.get(key)
+        if ok is None:
+            ok = self._feasible_cache[key] = bool(self.space.is_feasible(self._config(key)))
+        return ok
+
+    def _record(self, key: Key) -> tuple[int, dict]:
+        """Opens a trial for `key` in the recorded study. A trial someone enqueued in the study
+        is taken first by Optuna: if it is new and feasible it becomes this proposal."""
+        cfg = self._config(key)
+        self._pinned.next = cfg
+        while True:
+            trial = self._study.ask(self._dists)
+            got = self._key(trial.params) if set(trial.params) == set(self.names) else None
+            if got == key:
+                break
+            if got is not None and self.space.contains(trial.params) and \
+                    not self._is_seen(got) and self._feasible(got):
+                self._warm.insert(0, key)
+                key, cfg = got, self._config(got)
+                break
+            self._study.tell(trial, state=TrialState.PRUNED)
+        self._pending.add(key)
+        self._own[trial.number] = key
+        self._synced[trial.number] = False
+        self._engine.proposed(key)
+        return trial.number, cfg
+
+    def _sync(self) -> None:
+        """Reads trials of the study that this searcher has not seen finished: results of other
+        workers (or of an earlier run) become seen; their running trials become pending."""
+        states = (TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING)
+        for t in self._study.get_trials(deepcopy=False, states=states):
+            if self._synced.get(t.number) or t.number in self._own:
+                continue
+            if set(t.params) != set(self.names):
+                continue
+            key = self._key(t.params)
+            if t.state == TrialState.RUNNING:
+                if key not in self._results:
+                    self._pending.add(key)
+                    self._synced[t.number] = False
+                continue
+            self._synced[t.number] = True
+            self._pending.discard(key)
+            value = t.value if t.state == TrialState.COMPLETE else None
+            if key not in self._results or (value is not None and self._results[key] is None):
+                self._results[key] = value
+                self._engine.told(key, value)
+
+
+class _Grid(optuna.samplers.GridSampler):
+    """Optuna's grid sampler without its stop request at the end of the grid (that is only
+    allowed inside `optimize`; here ask() returns None instead)."""
+
+    def after_trial(self, study, trial, state, values):
+        pass
+
+
+class _OptunaProposer:
+    """An Optuna sampler on a private study over value indices (numeric parameters) and values
+    (string parameters). Repeats and infeasible proposals are answered there, not counted."""
+
+    def __init__(self, s: Searcher, seed: int):
+        self.s = s
+        self.kind = s.kind
+        self.dists = {}
+        for n, vals in s.space.params.items():
+            self.dists[n] = IntDistribution(0, len(vals) - 1) \
+                if _numeric(vals) and len(vals) > 1 else CategoricalDistribution(list(vals))
+        self.study = optuna.create_study(sampler=self._make_sampler(seed), direction="minimize")
+        self.worst: float | None = None
+        self.rng = random.Random(seed)
+        self.enumerated: list[Key] | None = None
+
+    def _make_sampler(self, seed: int):
+        smp = optuna.samplers
+        if self.kind == "tpe":
+            return smp.TPESampler(seed=seed, multivariate=True, constant_liar=True)
+        if self.kind == "random":
+            return smp.RandomSampler(seed=seed)
+        if self.kind == "cmaes":
+            _need("cmaes", "cmaes", "the cmaes sampler")
+            return smp.CmaEsSampler(seed=seed, warn_independent_sampling=False)
+        if self.kind == "gp":
+            _need("torch", "torch", "the gp sampler")
+            return smp.GPSampler(seed=seed)
+        grid = {n: (list(range(d.high + 1)) if isinstance(d, IntDistribution) else d.choices)
+                for n, d in self.dists.items()}
+        return _Grid(grid, seed=seed)
+
+    def _to_inner(self, key: Key) -> dict:
+        out = {}
+        for (n, vals), v in zip(self.s.space.params.items(), key):
+            out[n] = vals.index(v) if isinstance(self.dists[n], IntDistribution) else v
+        return out
+
+    def _from_inner(self, params: Mapping) -> Key:
+        return tuple(vals[params[n]] if isinstance(self.dists[n], IntDistribution)
+                     else params[n] for n, vals in self.s.space.params.items())
+
+    def _penalty(self) -> float | None:
+        return self.worst
+
+    def propose(self) -> Key | None:
+        s = self.s
+        if self.kind == "grid" and len(self.study.trials) >= s.space.size():
+            return self._leftover()
+        for _ in range(_MAX_INNER):
+            trial = self.study.ask(self.dists)
+            key = self._from_inner(trial.params)
+            if not s._is_seen(key) and s._feasible(key):
+                self._open = getattr(self, "_open", {})
+                self._open[key] = trial.number
+                return key
+            # a repeat answers with the earlier result; an infeasible one with the worst so far
+            value = s._results.get(key) if s._is_seen(key) else None
+            value = value if value is not None else self._penalty()
+            if value is None:
+                self.study.tell(trial, state=TrialState.FAIL)
+            else:
+                self.study.tell(trial, value)
+            if self.kind == "grid" and len(self.study.trials) >= s.space.size():
+                return self._leftover()
+        return self._leftover(random_ok=True)
+
+    def _leftover(self, random_ok: bool = False) -> Key | None:
+        """A feasible configuration never proposed (the grid is used up, or the sampler keeps
+        repeating itself), from the enumerated space; None when there is none."""
+        s = self.s
+        if s.space.size() > MAX_ENUMERATE:
+            return None
+        if self.enumerated is None:
+            self.enumerated = [k for k in itertools.product(*s.space.params.values())
+                               if s._feasible(k)]
+        unseen = [k for k in self.enumerated if not s._is_seen(k)]
+        if not unseen:
+            return None
+        return self.rng.choice(unseen) if random_ok or self.kind != "grid" else unseen[0]
+
+    def proposed(self, key: Key) -> None:
+        pass
+
+    def told(self, key: Key, value: float | None) -> None:
+        if value is not None:
+            self.worst = value if self.worst is None else max(self.worst, value)
+        number = getattr(self, "_open", {}).pop(key, None)
+        if number is not None:
+            inner_value = value if value is not None else self._penalty()
+            if inner_value is None:
+                self.study.tell(number, state=TrialState.FAIL)
+            else:
+                self.study.tell(number, inner_value)
+        else:   # a warm start or another worker's result: the sampler learns from it too
+            params = self._to_inner(key)
+            v = value if value is not None else self._penalty()
+            self.study.add_trial(optuna.trial.create_trial(
+                params=params, distributions=self.dists, value=v,
+                state=TrialState.COMPLETE if v is not None else TrialState.FAIL))
+
+
+class _Auto:
+    """The default proposer: a local search with a genetic fallback over value indices, on the
+    enumerated feasible set. Only unseen feasible configurations are proposed."""
+
+    def __init__(self, s: Searcher, seed: int):
+        self.s = s
+        self.rng = random.Random(seed)
+        self.sizes = [len(v) for v in s.space.params.values()]
+        self.pos = [{v: i for i, v in enumerate(vals)} for vals in s.space.params.values()]
+        self.values = [tuple(v) for v in s.space.params.values()]
+        self.feasible: list[Key] | None = None
+        self.fset: set[Key] = set()
+        self.unseen_count = 0
+        self.ranked: list[tuple[float, Key]] = []   # told results, best first
+        self.failed = 0
+
+    # ---- bookkeeping -------------------------------------------------------------------
+    def _enumerate(self) -> None:
+        s = self.s
+        if self.feasible is not None:
+            return
+        if s.space.size() > MAX_ENUMERATE:
+            self.feasible = []
+            return
+        self.feasible = [k for k in itertools.product(*self.values) if s._feasible(k)]
+        self.fset = set(self.feasible)
+
+    def proposed(self, key: Key) -> None:
+        pass
+
+    def told(self, key: Key, value: float | None) -> None:
+        if value is None:
+            self.failed += 1
+            return
+        lo, hi = 0, len(self.ranked)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.ranked[mid][0] <= value:
+                lo = mid + 1
+            else:
+                hi = mid
+        self.ranked.insert(lo, (value, key))
+
+    def _ok(self, key: Key) -> bool:
+        s = self.s
+        if s._is_seen(key):
+            return False
+        return key in self.fset if self.fset else s._feasible(key)
+
+    def _index(self, key: Key) -> list[int]:
+        return [p[v] for p, v in zip(self.pos, key)]
+
+    def _key(self, ix: Sequence[int]) -> Key:
+        return tuple(vals[i] for vals, i in zip(self.values, ix))
+
+    # ---- proposals ---------------------------------------------------------------------
+    def propose(self) -> Key | None:
+        self._enumerate()
+        n_told = len(self.ranked) + self.failed
+        n_init = 5
+        if len(self.ranked) < 2 or n_told < n_init or self.rng.random() < 0.03:
+            return self._random()
+        key = self._climb() or self._breed()
+        return key or self._random()
+
+    def _random(self) -> Key | None:
+        s = self.s
+        if self.feasible:
+            for _ in range(64):
+                k = self.feasible[self.rng.randrange(len(self.feasible))]
+                if not s._is_seen(k):
+                    return k
+            unseen = [k for k in self.feasible if not s._is_seen(k)]
+            return self.rng.choice(unseen) if unseen else None
+        if self.feasible is not None and s.space.size() <= MAX_ENUMERATE:
+            return None   # enumerated and empty
+        for _ in range(10_000):
+            k = tuple(self.rng.choice(v) for v in self.values)
+            if self._ok(k):
+                return k
+        return None
+
+    def _neighbours(self, key: Key, reach: int) -> list[Key]:
+        ix = self._index(key)
+        out = []
+        for g, n in enumerate(self.sizes):
+            for step in range(-reach, reach + 1):
+                j = ix[g] + step
+                if step == 0 or not 0 <= j < n:
+                    continue
+                c = list(ix)
+                c[g] = j
+                out.append(self._key(c))
+        return out
+
+    def _climb(self) -> Key | None:
+        """An unseen close neighbour of one of the best few configurations, the best first."""
+        top = [k for _, k in self.ranked[:3]]
+        for reach in (1, 2):
+            for k in top:
+                cands = [c for c in self._neighbours(k, reach) if self._ok(c)]
+                if cands:
+                    return self.rng.choice(cands)
+        return None
+
+    def _breed(self) -> Key | None:
+        elites = [k for _, k in self.ranked[:max(4, min(12, len(self.ranked) // 5))]]
+        weights = [len(elites) - i for i in range(len(elites))]
+        for _ in range(200):
+            a = self._index(self.rng.choices(elites, weights)[0])
+            if len(elites) > 1 and self.rng.random() < 0.5:
+                b = self._index(self.rng.choices(elites, weights)[0])
+                a = [x if self.rng.random() < 0.5 else y for x, y in zip(a, b)]
+            a = self._mutate(a)
+            k = self._key(a)
+            if self._ok(k):
+                return k
+        return None
+
+    def _mutate(self, ix: list[int]) -> list[int]:
+        free = [g for g, n in enumerate(self.sizes) if n > 1]
+        if not free:
+            return ix
+        r = self.rng.random()
+        count = 1 if r < 0.6 else (2 if r < 0.9 else 3)
+        for g in self.rng.sample(free, min(count, len(free))):
+            if self.rng.random() < 0.5:
+                ix[g] = min(self.sizes[g] - 1, max(0, ix[g] + self.rng.choice((-2, -1, 1, 2))))
+            else:
+                ix[g] = self.rng.randrange(self.sizes[g])
+        return ix
