@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
+import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +29,16 @@ def store_for(db_url: str | None = None) -> Store:
     from porter.store import db_url as resolve
     url = resolve(db_url)
     if url not in _stores:
-        _stores[url] = open_store(url)
+        store = open_store(url)
+        for attempt in range(5):
+            try:   # Optuna creates its tables on first use: do it now, not in a task
+                store.optuna_storage()
+                break
+            except PorterError:
+                if attempt == 4:
+                    raise
+                time.sleep(0.5 + attempt)
+        _stores[url] = store
     return _stores[url]
 
 

@@ -64,21 +64,19 @@ def _delivery_guard(task) -> None:
 @shared_task(bind=True, name="porter.drive", acks_late=True, reject_on_worker_lost=True)
 def drive(self, job_id: int) -> str:
     global _claims
-    from .drive import Slice, finish_job
+    from .drive import Slice
     _delivery_guard(self)
     if _claims is None:
         _claims = Claims(worker_name())
     try:
         ctx = job_context(job_id)
-    except PorterError as e:
-        return _fail(job_id, f"{e}")
-    try:
         result = Slice(ctx, _claims, worker_name(), _send_compile).run()
-    except StoreError:
-        raise                  # the database blinked: the supervisor re-queues the job later
+    except StoreError as e:
+        # the database blinked (or two workers created Optuna's tables at once): try again;
+        # past the retries the supervisor re-queues the job once its heartbeat is stale
+        raise self.retry(exc=e, countdown=2, max_retries=5)
     except PorterError as e:   # the job cannot run anywhere (template, replay source)
-        finish_job(ctx, "failed", str(e))
-        return f"job {job_id}: failed: {e}"
+        return _fail(job_id, str(e))
     if result.action == "finished":
         forget(job_id)
     elif result.action == "more":
