@@ -221,10 +221,9 @@ def main():
         raise SystemExit(e.exit_code)
     except typer.Abort:
         raise SystemExit(130)
-    except Exception as e:  # click's usage errors
-        import click
-        if isinstance(e, click.ClickException):
-            e.show()
+    except Exception as e:  # click's usage errors (typer may carry its own click)
+        if hasattr(e, "show") and hasattr(e, "exit_code") and hasattr(e, "format_message"):
+            print(f"error: {e.format_message()}", file=sys.stderr)
             raise SystemExit(2)
         raise
 

@@ -252,8 +252,7 @@ def test_malformed_submits_are_refused_in_one_line(cluster, args, says):
     assert len(_store(cluster).list_jobs(1000)) == before     # nothing half-written
 
 
-@pytest.mark.xfail(strict=True, reason="porter/cli.py: typer's MissingParameter is not the "
-                   "click.ClickException main() catches, so it leaves as a traceback, status 1")
 def test_missing_field_is_a_usage_error(cluster):
     r = cluster.porter("submit", "gemm_mma")
     assert r.returncode == 2 and "--arch" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
