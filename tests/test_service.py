@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.service
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDING = ROOT / "tests" / "data" / "replay" / "gemm_mma_h200.json.gz"
@@ -161,6 +160,7 @@ def check_exactly_once(c: Cluster, job_id: int, budget: int | None):
     return trials
 
 
+@pytest.mark.service
 def test_job_runs_to_completion_on_two_workers(cluster):
     job = cluster.submit("--trials", "16")
     info = wait_for(cluster, job)
@@ -172,6 +172,7 @@ def test_job_runs_to_completion_on_two_workers(cluster):
     assert r.returncode == 0 and "done" in r.stdout
 
 
+@pytest.mark.service
 def test_sigkilled_measuring_worker_loses_no_trial(cluster):
     job = cluster.submit("--trials", "24")
     wait_for(cluster, job, trials=4)
@@ -186,6 +187,7 @@ def test_sigkilled_measuring_worker_loses_no_trial(cluster):
     assert sorted(cluster.alive()) == ["compile1", "compile2", "gpu1", "gpu2"]
 
 
+@pytest.mark.service
 def test_redis_restart_mid_job(cluster):
     job = cluster.submit("--trials", "24", "--seed", "2")
     wait_for(cluster, job, trials=4)
@@ -204,6 +206,7 @@ def test_redis_restart_mid_job(cluster):
     assert sorted(cluster.alive()) == ["compile1", "compile2", "gpu1", "gpu2"]
 
 
+@pytest.mark.service
 def test_every_variant_crashing_ends_the_job(cluster, tmp_path):
     # SYNTHETIC recording: the real H200 recording with every entry turned into `crashed`
     # (what the GPU backend records when a kernel takes its measuring process down)
@@ -221,6 +224,7 @@ def test_every_variant_crashing_ends_the_job(cluster, tmp_path):
     assert {t.status for t in trials} == {"crashed"}
 
 
+@pytest.mark.service
 def test_cancel_stops_within_a_trial(cluster):
     job = cluster.submit("--trials", "90", "--seed", "4")
     wait_for(cluster, job, trials=3)
@@ -236,6 +240,7 @@ def test_cancel_stops_within_a_trial(cluster):
     check_exactly_once(cluster, job, None)
 
 
+@pytest.mark.service
 @pytest.mark.parametrize("args, says", [
     (["submit", "no_such_template", "--arch", "sm_90a"], "unknown template"),
     (["submit", "gemm_mma", "--arch", "sm_90a", "--sizes", "4096xbanana"], "size"),
@@ -252,7 +257,27 @@ def test_malformed_submits_are_refused_in_one_line(cluster, args, says):
     assert len(_store(cluster).list_jobs(1000)) == before     # nothing half-written
 
 
+@pytest.mark.service
 def test_missing_field_is_a_usage_error(cluster):
     r = cluster.porter("submit", "gemm_mma")
     assert r.returncode == 2 and "--arch" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_compose_file_parses_with_a_compose_parser():
+    """docker-compose.yml through compose-spec (Rust compose_spec bindings; no Docker engine
+    here). Compose interpolates ${VAR:-default} before validating; the defaults stand in."""
+    import re
+    compose_spec = pytest.importorskip("compose_spec")
+    text = (ROOT / "docker-compose.yml").read_text()
+    text = re.sub(r"\$\{(\w+):-([^}]*)\}", lambda m: m.group(2), text)
+    c = compose_spec.PyCompose.from_yaml(text)
+    c.validate()
+    assert set(c.service_names()) >= {"redis", "postgres", "compile", "gpu0", "dashboard"}
+    gpu = c.get_service("gpu0")
+    (dev,) = gpu.deploy.resources.reservations.devices
+    assert dev.driver == "nvidia" and dev.device_ids == {"0"}
+    assert "CUDA_VISIBLE_DEVICES" in str(gpu.environment)
+    for name in ("redis", "postgres", "compile", "gpu0", "dashboard"):
+        assert c.get_service(name).healthcheck is not None, name
+    assert "pgdata" in c.volumes
