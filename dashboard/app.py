@@ -1,6 +1,8 @@
 """Kernel Porter's dashboard: `porter dashboard` (or `streamlit run dashboard/app.py`).
 
-PORTER_DB_URL selects the database (default sqlite:///porter.db). Pages read through db/ only.
+PORTER_DB_URL selects the database (default sqlite:///porter.db). Pages read through db/ only
+(dashboard/queries.py); each page is a script in dashboard/page_scripts/ drawing from
+dashboard/views.py, addressed as /jobs, /job?job=N, /best, /compare, /submit.
 """
 from __future__ import annotations
 
@@ -26,7 +28,10 @@ def main() -> None:
     st.set_page_config(page_title="Kernel Porter", layout="wide")
     url = db_url()
     here = Path(__file__).resolve().parent / "page_scripts"
-    pages = [st.Page(here / f"{name}.py", title=title, url_path=name, default=name == "jobs")
+    # the root address also takes ?page=jobs|job|best|compare|submit (and &job=N)
+    first = st.query_params.get("page", "jobs")
+    first = first if first in dict(PAGES) else "jobs"
+    pages = [st.Page(here / f"{name}.py", title=title, url_path=name, default=name == first)
              for name, title in PAGES]
     page = st.navigation(pages)
     st.sidebar.caption(f"database: {_safe(url)}")

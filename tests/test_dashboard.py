@@ -91,3 +91,11 @@ def test_submit_page_shows_errors_on_one_line(replayed_db, monkeypatch):
     assert not at.exception
     assert at.error and "malformed size '12x'" in at.error[0].value
     assert "\n" not in at.error[0].value
+
+
+def test_root_address_takes_a_page_query(replayed_db, monkeypatch):
+    monkeypatch.setenv("PORTER_DB_URL", replayed_db.url)
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.query_params["page"] = "best"
+    at.run()
+    assert not at.exception and at.title[0].value == "Best configurations"
