@@ -8,7 +8,9 @@ kernel as a porter template (op "kt").
   Compile/runtime failures stay in: they cost an evaluation like any other.
 - `load_t1(path)`     -> T1: tuning parameters (Values parsed with ast.literal_eval), Conditions
   as porter.expr.Expr (C-style operators translated), launch geometry.
-- `import_kt(kernel_cu, t1_json, out_dir)` -> the template folder it wrote.
+- `t1_to_template(kernel_cu, t1_json, out_dir)` -> the template folder it wrote (kernel.cu,
+  t1.json, space.toml; op "kt"), checked with porter.template.load_template; on any error
+  nothing is left behind. `import_kt` is the same function under the CLI's name.
 
 Grid sizes follow Kernel Tuner: with GridDiv lists, grid[d] = ceil(ProblemSize[d] / product of
 the divisors); without them, GlobalSizeType "CUDA" gives blocks and "OpenCL" gives threads.
@@ -18,8 +20,10 @@ from __future__ import annotations
 import ast
 import gzip
 import json
+import os
 import re
 import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -139,6 +143,21 @@ def translate(text: str) -> str:
 
 
 @dataclass(frozen=True)
+class T1Argument:
+    """One kernel argument of a T1 file, in call order. `size` is an expression over
+    ProblemSize_i and the parameters' value lists (e.g. max(filter_width)); scalars have none."""
+    name: str
+    type: str
+    memory_type: str                   # "Vector" or "Scalar"
+    access: str                        # "ReadOnly", "WriteOnly", "ReadWrite"
+    fill_type: str                     # "Random", "Constant", ... ("" for scalars)
+    fill_value: Any
+    size: Expr | None
+    output: bool
+    constant_memory: bool              # MemType "Constant": a __constant__ symbol, not a pointer
+
+
+@dataclass(frozen=True)
 class T1:
     name: str
     kernel_name: str
@@ -153,6 +172,7 @@ class T1:
     grid_div: Mapping[str, list | None]
     shared_memory: str
     compiler_options: tuple[str, ...]
+    arguments: tuple[T1Argument, ...] = ()
     raw: Mapping = field(repr=False, default_factory=dict)
 
     def is_valid(self, config: Mapping[str, Any]) -> bool:
@@ -189,6 +209,7 @@ def load_t1(path: str | Path) -> T1:
     if "KernelName" not in ks:
         raise TemplateError(f"{p}: KernelSpecification has no KernelName")
     grid_div = {d: ks.get(f"GridDiv{d}") for d in _DIMS}
+    args = tuple(_argument(a, p) for a in ks.get("Arguments", ()) or ())
     return T1(
         name=str(raw.get("General", {}).get("BenchmarkName") or ks.get("BenchmarkName")
                  or ks["KernelName"]),
@@ -199,7 +220,20 @@ def load_t1(path: str | Path) -> T1:
         global_size={d: str(ks.get("GlobalSize", {}).get(d, "1")) for d in _DIMS},
         global_size_type=str(ks.get("GlobalSizeType", "CUDA")),
         grid_div=grid_div, shared_memory=str(ks.get("SharedMemory", 0) or 0),
-        compiler_options=tuple(ks.get("CompilerOptions", ()) or ()), raw=raw)
+        compiler_options=tuple(ks.get("CompilerOptions", ()) or ()), arguments=args, raw=raw)
+
+
+def _argument(a: Mapping, path: Path) -> T1Argument:
+    if not isinstance(a, Mapping) or "Name" not in a or "Type" not in a:
+        raise TemplateError(f"{path}: every entry of Arguments needs a Name and a Type")
+    scalar = str(a.get("MemoryType", "Vector")) == "Scalar"
+    size = None if scalar or "Size" not in a else Expr(translate(str(a["Size"])))
+    return T1Argument(
+        name=str(a["Name"]), type=str(a["Type"]),
+        memory_type="Scalar" if scalar else "Vector",
+        access=str(a.get("AccessType", "ReadWrite")), fill_type=str(a.get("FillType", "")),
+        fill_value=a.get("FillValue", 0), size=size, output=bool(a.get("Output", 0)),
+        constant_memory=str(a.get("MemType", "")) == "Constant")
 
 
 # ---- import --------------------------------------------------------------------------------
@@ -251,10 +285,16 @@ def _toml_value(v) -> str:
     return json.dumps(str(v))
 
 
-def import_kt(kernel_cu: Path, t1_json: Path, out_dir: Path) -> Path:
+def t1_to_template(kernel_cu_path: str | Path, t1_path: str | Path,
+                   out_dir: str | Path) -> Path:
     """Writes a template folder (kernel.cu, t1.json, space.toml) for a T1 kernel and returns it.
-    The template uses op "kt"; its sizes are P0, P1, ... with default the T1 ProblemSize."""
-    kernel_cu, t1_json, out_dir = Path(kernel_cu), Path(t1_json), Path(out_dir)
+
+    The template uses op "kt" (its harness reads t1.json beside the space file for the
+    arguments); its sizes are P0, P1, ... with default the T1 ProblemSize; parameters keep the
+    T1 value order; Conditions become constraints. The folder is checked with load_template
+    before it appears: on any error (an include outside porter's folder, a kernel name the
+    source does not declare, ...) a TemplateError says what to fix and nothing is written."""
+    kernel_cu, t1_json, out_dir = Path(kernel_cu_path), Path(t1_path), Path(out_dir)
     t1 = load_t1(t1_json)
     source = add_extern_c(kernel_cu.read_text(), t1.kernel_name)
     if not t1.problem_size:
@@ -306,8 +346,26 @@ def import_kt(kernel_cu: Path, t1_json: Path, out_dir: Path) -> Path:
               f"grid = [{', '.join(_toml_str(g) for g in _grid(t1))}]",
               f"block = [{', '.join(_toml_str(b) for b in block)}]",
               f"smem = {_toml_str(smem)}", ""]
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "kernel.cu").write_text(source)
-    shutil.copyfile(t1_json, out_dir / "t1.json")
-    (out_dir / "space.toml").write_text("\n".join(lines))
+    return _write_checked(out_dir, {"kernel.cu": source, "t1.json": t1_json.read_text(),
+                                     "space.toml": "\n".join(lines)})
+
+
+import_kt = t1_to_template
+
+
+def _write_checked(out_dir: Path, files: Mapping[str, str]) -> Path:
+    """Writes the files into a scratch folder beside out_dir, loads it as a template, then
+    moves them into out_dir (replacing those three files only)."""
+    from .template import load_template   # template imports nothing of this module
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=out_dir.parent))
+    try:
+        for name, text in files.items():
+            (scratch / name).write_text(text)
+        load_template(scratch)
+        out_dir.mkdir(exist_ok=True)
+        for name in files:
+            os.replace(scratch / name, out_dir / name)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     return out_dir
