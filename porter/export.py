@@ -12,9 +12,9 @@ import datetime
 import json
 import math
 import re
-import shutil
 from pathlib import Path
 
+from . import _export_formats as fmt_
 from .arch import get_arch
 from .compile import compile_ptx, compile_variant, nvrtc_version
 from .errors import PorterError
@@ -60,10 +60,18 @@ def tuning_table(store: Store, job_id: int) -> tuple[Template, str, list[dict]]:
 
 def _manifest(tpl: Template, arch: str, job_id: int, fmt: str, rows: list[dict]) -> dict:
     dev = next((r.get("device") for r in rows if r.get("device")), {}) or {}
+    measured = any("ours_ms" in r for r in rows)
     return {"template": tpl.name, "template_version": tpl.version,
             "template_hash": tpl.source_hash, "arch": arch, "job": job_id, "format": fmt,
             "gpu": dev.get("gpu", "not measured"), "driver": dev.get("driver", ""),
-            "nvrtc": nvrtc_version(), "date": datetime.datetime.now().isoformat(timespec="seconds"),
+            "nvrtc": nvrtc_version(),
+            "toolchain": {"nvrtc": nvrtc_version(), "measured_with_nvrtc": dev.get("nvrtc"),
+                          "cuda_driver": dev.get("cuda_driver")},
+            "selection": "per size, the measured trial with the lowest median time (highest "
+                         "ratio to the vendor baseline at that size)" if measured else
+                         "compile-only job: nothing was measured; every size gets the first "
+                         "compiled configuration",
+            "date": datetime.datetime.now().isoformat(timespec="seconds"),
             "measurements": [{k: v for k, v in r.items() if k != "device"} for r in rows]}
 
 
@@ -85,19 +93,28 @@ def standalone_source(tpl: Template, arch: str, params: dict, size=None) -> str:
     geometry = ""
     if launch:
         geometry = (f"// tuned for {'x'.join(map(str, size))}: grid {launch.grid}, block "
-                    f"{launch.block}, {launch.smem} bytes of dynamic shared memory\n")
-    exprs = {"grid": [e.text for e in tpl.grid], "block": [e.text for e in tpl.block],
-             "smem": tpl.smem.text}
+                    f"{launch.block}, {launch.smem} bytes of dynamic shared memory\n"
+                    + "".join(f"#define PORTER_TUNED_{k} {v}\n" for k, v in (
+                        *zip(("GRID_X", "GRID_Y", "GRID_Z"), launch.grid),
+                        *zip(("BLOCK_X", "BLOCK_Y", "BLOCK_Z"), launch.block),
+                        ("SMEM_BYTES", launch.smem))))
+    limits = a.limits()
+
+    def c_text(e) -> str:  # the architecture's limits are constants in this file
+        return re.sub(r"\barch_\w+\b", lambda m: str(limits.get(m.group(0), m.group(0))),
+                      e.text)
+    exprs = {"grid": [c_text(e) for e in tpl.grid], "block": [c_text(e) for e in tpl.block],
+             "smem": c_text(tpl.smem)}
     host = _host_launcher(tpl, exprs, params)
     return (f"// {tpl.name} v{tpl.version} tuned by Kernel Porter for {arch}\n{geometry}"
             f"#define PORTER_ARCH {a.cc[0] * 10 + a.cc[1]}\n{defines}\n\n{src}\n{host}")
 
 
 def _c_expr(text: str) -> str:
-    """A space-file expression as C (ceil_div/min/max become macros; `a if c else b` is not
-    translated and falls back to a comment)."""
+    """A space-file expression as C: its functions become porter_* inline functions (no macros
+    leak into the user's code); conditional expressions are refused by the caller."""
     t = text.replace("//", "/")
-    return t
+    return re.sub(r"\b(min|max|ceil_div|round_up)\(", r"porter_\1(", t)
 
 
 _HOST_ARGS = {
@@ -119,9 +136,12 @@ def _host_launcher(tpl: Template, exprs: dict, params: dict) -> str:
     b = ", ".join(f"(unsigned)({_c_expr(e)})" for e in exprs["block"])
     return f"""#ifndef PORTER_NO_HOST
 #include <cuda_runtime.h>
-#define ceil_div(a, b) (((a) + (b) - 1) / (b))
-#define min(a, b) ((a) < (b) ? (a) : (b))
-#define max(a, b) ((a) > (b) ? (a) : (b))
+static inline long long porter_min(long long a, long long b) {{ return a < b ? a : b; }}
+static inline long long porter_max(long long a, long long b) {{ return a > b ? a : b; }}
+static inline long long porter_ceil_div(long long a, long long b) {{ return (a + b - 1) / b; }}
+static inline long long porter_round_up(long long a, long long b) {{
+  return porter_ceil_div(a, b) * b;
+}}
 // Launches the tuned kernel; sizes ({dims}) are the problem's, geometry follows the space file.
 extern "C" cudaError_t launch_{tpl.kernel}({sig}, cudaStream_t stream) {{
   dim3 grid({g});
@@ -144,197 +164,124 @@ def _cubin(tpl: Template, arch: str, params: dict) -> bytes:
 
 
 def export(store: Store, job_id: int, fmt: str, out_dir: str | Path) -> list[Path]:
+    """Writes the job's tuned kernels in `fmt` (one of FORMATS) into out_dir, with
+    manifest.json; returns the paths written. Raises PorterError (one line) for an unknown
+    format or job, or a job with no measured or compiled trial."""
     if fmt not in FORMATS:
         raise PorterError(f"unknown export format {fmt!r}; choose from {', '.join(FORMATS)}")
     tpl, arch, rows = tuning_table(store, job_id)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
+    extra: dict = {}
+
+    def write(name: str, data: str | bytes) -> None:
+        p = out / name
+        p.write_bytes(data) if isinstance(data, bytes) else p.write_text(data)
+        written.append(p)
+
     distinct = {json.dumps(r["params"], sort_keys=True): r["params"] for r in rows}
     if fmt == "cu":
         for r in rows:
-            p = out / f"{tpl.name}_{arch}_{'x'.join(map(str, r['size']))}.cu"
-            p.write_text(standalone_source(tpl, arch, r["params"], r["size"]))
-            written.append(p)
-    elif fmt in ("cubin", "fatbin", "python"):
-        archs = [arch]
-        if fmt == "fatbin":  # every architecture this template was tuned for
-            archs = sorted({j.spec.arch for j in store.list_jobs(1000)
-                            if j.template_name == tpl.name} | {arch})
-        index = []
-        for a in archs:
-            a_rows = rows if a == arch else _best_rows(store, tpl.name, a)
-            for params in {json.dumps(r["params"], sort_keys=True): r["params"]
-                           for r in a_rows}.values():
-                p = out / f"{_variant_name(tpl, params)}.{a}.cubin"
-                p.write_bytes(_cubin(tpl, a, params))
-                written.append(p)
-                index.append({"arch": a, "params": params, "file": p.name,
-                              "sizes": [r["size"] for r in a_rows if r["params"] == params]})
-        if fmt == "fatbin":
-            p = out / f"{tpl.name}.fatbin.json"
-            p.write_text(json.dumps({"kernel": tpl.kernel, "images": index}, indent=1))
-            written.append(p)
+            write(f"{tpl.name}_{arch}_{_size(r['size'])}.cu",
+                  standalone_source(tpl, arch, r["params"], r["size"]))
+    elif fmt in ("cubin", "python"):
+        files = {}
+        for key, params in distinct.items():
+            files[key] = f"{_variant_name(tpl, params)}.{arch}.cubin"
+            write(files[key], _cubin(tpl, arch, params))
         if fmt == "python":
-            written.append(_python_module(tpl, arch, rows, index, out))
+            write(f"{tpl.name}_tuned.py", fmt_.python_module(tpl, arch, rows, files))
+    elif fmt == "fatbin":
+        extra = _fatbins(store, tpl, arch, rows, write)
     elif fmt == "ptx":
         for params in distinct.values():
             ok, log, ptx = compile_ptx(tpl, params, get_arch(arch))
             if not ok:
-                raise PorterError(f"the tuned configuration no longer compiles: {log[:200]}")
-            p = out / f"{_variant_name(tpl, params)}.{arch}.ptx"
-            p.write_text(ptx)
-            written.append(p)
+                raise PorterError(f"the tuned configuration no longer compiles: "
+                                  f"{_first_line(log)}")
+            write(f"{_variant_name(tpl, params)}.{arch}.ptx", ptx)
     elif fmt == "header":
-        p = out / f"{tpl.name}_tuned.h"
-        p.write_text(_header(tpl, arch, rows))
-        written.append(p)
+        by_arch = {a: _arch_rows(store, tpl.name, a) for a in _archs(store, tpl.name)}
+        by_arch[arch] = rows
+        write(f"{tpl.name}_tuned.h", fmt_.header(tpl, by_arch))
+        extra = {"archs": sorted(by_arch)}
     elif fmt == "json":
-        p = out / f"{tpl.name}_{arch}.json"
-        p.write_text(json.dumps({"template": tpl.name, "arch": arch, "table": rows}, indent=1))
-        written.append(p)
+        write(f"{tpl.name}_{arch}.json",
+              json.dumps({"template": tpl.name, "arch": arch, "table": rows}, indent=1))
     elif fmt == "kt-cache":
-        p = out / f"{tpl.name}_{arch}_kt_cache.json"
-        p.write_text(json.dumps(kt_cache(store, job_id, tpl), indent=1))
-        written.append(p)
+        trials = store.trials(job_id)
+        for r in rows:
+            write(f"{tpl.name}_{arch}_{_size(r['size'])}_kt_cache.json",
+                  json.dumps(fmt_.kt_cache(tpl, tuple(r["size"]), trials), indent=1))
     m = out / "manifest.json"
-    m.write_text(json.dumps(_manifest(tpl, arch, job_id, fmt, rows), indent=1))
+    m.write_text(json.dumps(dict(_manifest(tpl, arch, job_id, fmt, rows), **extra), indent=1))
     return written + [m]
 
 
-def _best_rows(store: Store, template: str, arch: str) -> list[dict]:
-    jobs = [j for j in store.list_jobs(1000) if j.template_name == template and j.spec.arch == arch]
-    rows = []
-    for j in jobs:
+def _size(size) -> str:
+    return "x".join(map(str, size))
+
+
+def _first_line(log: str) -> str:
+    return next((ln.strip() for ln in log.splitlines() if "error" in ln), log.strip()[:200])
+
+
+def _archs(store: Store, template: str) -> list[str]:
+    return sorted({j.spec.arch for j in store.list_jobs(1000) if j.template_name == template})
+
+
+def _arch_rows(store: Store, template: str, arch: str) -> list[dict]:
+    """Per size, the best row over every job of (template, arch); measured rows first."""
+    best: dict[tuple, dict] = {}
+    for j in store.list_jobs(1000):
+        if j.template_name != template or j.spec.arch != arch:
+            continue
         try:
-            rows += tuning_table(store, j.id)[2]
+            rows = tuning_table(store, j.id)[2]
         except PorterError:
             continue
-    return rows
+        for r in rows:
+            key = tuple(r["size"])
+            rank = (r.get("ours_ms") is None, r.get("ours_ms") or 0.0)
+            old = best.get(key)
+            if old is None or rank < (old.get("ours_ms") is None, old.get("ours_ms") or 0.0):
+                best[key] = r
+    return [best[k] for k in sorted(best)]
 
 
-def _header(tpl: Template, arch: str, rows: list[dict]) -> str:
-    guard = f"PORTER_{tpl.name.upper()}_TUNED_H"
-    names = list(tpl.params)
-    lines = [f"// {tpl.name}: tuned configurations by architecture and problem size",
-             f"#ifndef {guard}", f"#define {guard}", "",
-             f"struct {tpl.name}_config {{ int arch; long long " +
-             ", ".join(tpl.size_names) + "; int " + ", ".join(names) + "; };", "",
-             f"static const struct {tpl.name}_config {tpl.name}_table[] = {{"]
-    a = get_arch(arch)
+def _nearest_row(rows: list[dict], size) -> dict:
+    return min(rows, key=lambda r: sum(abs(math.log(a) - math.log(b))
+                                       for a, b in zip(r["size"], size)))
+
+
+def _fatbins(store: Store, tpl: Template, arch: str, rows: list[dict], write) -> dict:
+    """Per size of the job, one fatbin holding, for every architecture this template has jobs
+    on, that architecture's best configuration at the size (or the nearest size it has), plus
+    PTX for newer GPUs where an architecture without `a` features exists. Without nvFatbin the
+    cubins are written side by side under the same index."""
+    by_arch = {a: _arch_rows(store, tpl.name, a) for a in _archs(store, tpl.name)}
+    by_arch[arch] = rows
+    by_arch = {a: r for a, r in by_arch.items() if r}
+    have_nvfatbin = fmt_.nvfatbin() is not None
+    index = []
     for r in rows:
-        vals = ", ".join(str(int(r["params"][n])) for n in names)
-        lines.append(f"  {{{a.cc[0] * 10 + a.cc[1]}, {', '.join(map(str, r['size']))}, {vals}}},")
-    lines += ["};", f"static const int {tpl.name}_table_len = {len(rows)};", "", "#endif", ""]
-    return "\n".join(lines)
-
-
-def kt_cache(store: Store, job_id: int, tpl: Template) -> dict:
-    info = store.get_job(job_id)
-    trials = store.trials(job_id)
-    names = list(tpl.params)
-    dev = next((t.device for t in trials if t.status == "measured"), {})
-    cache = {}
-    failure = {"infeasible": "InvalidConfig", "resource_rejected": "InvalidConfig",
-               "compile_failed": "CompilationFailedConfig"}
-    size0 = tuple(info.spec.sizes[0])
-    for t in trials:
-        entry = {n: t.params[n] for n in names}
-        m = next((m for m in t.measurements if m.size == size0), None)
-        if t.status == "measured" and m:
-            entry.update(time=m.ours_ms, times=[m.ours_ms], compile_time=(t.compile_seconds or 0)
-                         * 1e3, verification_time=0, benchmark_time=0, strategy_time=0,
-                         framework_time=0, timestamp=datetime.datetime.fromtimestamp(
-                             t.finished_at or 0, datetime.timezone.utc).isoformat())
+        chosen = {a: _nearest_row(a_rows, r["size"])["params"] for a, a_rows in by_arch.items()}
+        images = [(a, _cubin(tpl, a, p)) for a, p in sorted(chosen.items())]
+        entry = {"size": r["size"], "images": [{"arch": a, "params": p}
+                                               for a, p in sorted(chosen.items())]}
+        if have_nvfatbin:
+            ptx = fmt_.portable_ptx(tpl, chosen)
+            name = f"{tpl.name}_{_size(r['size'])}.fatbin"
+            write(name, fmt_.fatbin(images, ptx))
+            entry.update(file=name, ptx=ptx[0] if ptx else None)
         else:
-            entry.update(time=failure.get(t.status, "RuntimeFailedConfig"), compile_time=0,
-                         verification_time=0, benchmark_time=0, strategy_time=0,
-                         framework_time=0, timestamp="")
-        cache[",".join(str(t.params[n]) for n in names)] = entry
-    return {"device_name": dev.get("gpu", "not measured"), "kernel_name": tpl.kernel,
-            "problem_size": list(size0), "tune_params_keys": names,
-            "tune_params": {n: list(v) for n, v in tpl.params.items()}, "objective": "time",
-            "cache": cache}
-
-
-def _python_module(tpl: Template, arch: str, rows: list[dict], index: list[dict],
-                   out: Path) -> Path:
-    a = get_arch(arch)
-    table = []
-    for r in rows:
-        launch = tpl.launch(r["params"], a, tuple(r["size"]))
-        env = tpl.env(r["params"], a, tuple(r["size"]))
-        file = next(i["file"] for i in index if i["params"] == r["params"])
-        table.append({"size": r["size"], "file": file, "grid": launch.grid,
-                      "block": launch.block, "smem": launch.smem,
-                      "workspace": tpl.workspace_bytes(r["params"], a, tuple(r["size"])),
-                      "geometry": {"grid": [e.text for e in tpl.grid],
-                                   "block": [e.text for e in tpl.block],
-                                   "smem": tpl.smem.text, "workspace": tpl.workspace.text},
-                      "params": r["params"], "env_keys": sorted(env)})
-    p = out / f"{tpl.name}_tuned.py"
-    p.write_text(_PY_TEMPLATE.replace("@TABLE@", json.dumps(table, indent=1))
-                 .replace("@KERNEL@", tpl.kernel).replace("@NAME@", tpl.name)
-                 .replace("@DIMS@", repr(tpl.size_names)))
-    return p
-
-
-_PY_TEMPLATE = '''"""@NAME@ tuned by Kernel Porter: loads the cubins beside this file with CuPy and dispatches by
-problem size; a size that was not tuned uses the nearest tuned size's configuration (its launch
-geometry recomputed for the actual size)."""
-import math
-import os
-
-import cupy as cp
-
-KERNEL = "@KERNEL@"
-DIMS = @DIMS@
-TABLE = @TABLE@
-_HERE = os.path.dirname(os.path.abspath(__file__))
-_FUNCS = {}
-_WORKSPACE = {}
-
-
-def nearest(size):
-    """The tuned entry closest to `size` (log-distance over the dimensions)."""
-    return min(TABLE, key=lambda e: sum(abs(math.log(a) - math.log(b))
-                                        for a, b in zip(e["size"], size)))
-
-
-def _geometry(entry, size):
-    if list(size) == entry["size"]:
-        return tuple(entry["grid"]), tuple(entry["block"]), entry["smem"], entry["workspace"]
-    # another size: the space file's geometry expressions, through porter's safe evaluator
-    from porter.expr import Expr
-    env = dict(entry["params"])
-    env.update(zip(DIMS, size))
-    ev = lambda t: int(Expr(t)(env))
-    g = entry["geometry"]
-    grid = tuple(ev(x) for x in g["grid"])
-    block = tuple(ev(x) for x in g["block"])
-    return grid, block, ev(g["smem"]), ev(g["workspace"])
-
-
-def function(entry):
-    if entry["file"] not in _FUNCS:
-        mod = cp.RawModule(path=os.path.join(_HERE, entry["file"]))
-        _FUNCS[entry["file"]] = (mod, mod.get_function(KERNEL))
-    return _FUNCS[entry["file"]][1]
-
-
-def launch(*args, size, stream=None):
-    """Runs the kernel on `args` (the op's arguments, e.g. A, B, C, M, N, K) for `size`."""
-    entry = nearest(size)
-    grid, block, smem, workspace = _geometry(entry, size)
-    f = function(entry)
-    if smem > 48 * 1024:
-        f.max_dynamic_shared_size_bytes = smem
-    extra = ()
-    if KERNEL.startswith("gemm"):  # the gemm op's scratch, left zeroed by the kernel
-        key = max(workspace, 16)
-        if key not in _WORKSPACE:
-            _WORKSPACE[key] = cp.zeros(key, dtype=cp.uint8)
-        extra = (_WORKSPACE[key],)
-    f(grid, block, tuple(args) + extra, shared_mem=smem, stream=stream)
-    return entry
-'''
+            for (a, cubin), img in zip(images, entry["images"]):
+                img["file"] = f"{tpl.name}_{_size(r['size'])}.{a}.cubin"
+                write(img["file"], cubin)
+        index.append(entry)
+    container = "nvFatbin" if have_nvfatbin else \
+        "cubins side by side (nvFatbin not installed: pip install nvidia-nvfatbin)"
+    write(f"{tpl.name}.fatbin.json", json.dumps({"kernel": tpl.kernel, "container": container,
+                                                 "fatbins": index}, indent=1))
+    return {"archs": sorted(by_arch), "container": container}

@@ -1,5 +1,7 @@
 """Exports of a replayed gemm_mma job (the H200 recording): every format is written, the .cu
-compiles standalone through NVRTC, and the kt-cache loads in Kernel Tuner's simulation mode."""
+compiles standalone through NVRTC, the kt-cache loads in Kernel Tuner's simulation mode, the
+python module dispatches to the nearest tuned size, the header's lookup works in C, the fatbin
+holds every architecture, and user errors are one line."""
 import json
 from pathlib import Path
 
@@ -26,6 +28,9 @@ def job(tmp_path_factory):
     src, space = template_record(tpl)
     job_id = store.create_job(spec, tpl.name, tpl.source_hash, src, space)
     Engine(store, tpl, arch, ReplayBackend(REC)).run(job_id, spec)
+    from conftest import replay_job
+    replay_job(store, "gemm_mma", None, arch="sm_80", trials=4, backend="compile-only",
+               workers=2)
     return store, job_id
 
 
@@ -80,3 +85,102 @@ def test_unknown_format_is_one_line(job, tmp_path):
     store, job_id = job
     with pytest.raises(PorterError, match="unknown export format 'zip'"):
         export(store, job_id, "zip", tmp_path)
+
+
+def test_unknown_job_and_empty_job_are_one_line(job, tmp_path):
+    from porter.jobs import make_spec, template_record
+    store, _ = job
+    with pytest.raises(PorterError, match="no job 999"):
+        export(store, 999, "json", tmp_path)
+    spec, tpl, _ = make_spec("gemm_mma", "sm_90a", trials=1, backend="compile-only")
+    src, space = template_record(tpl)
+    empty = store.create_job(spec, tpl.name, tpl.source_hash, src, space)
+    with pytest.raises(PorterError, match=f"job {empty} has no measured or compiled trial"):
+        export(store, empty, "cu", tmp_path)
+
+
+def test_json_table_is_the_best_per_size(job, tmp_path):
+    store, job_id = job
+    export(store, job_id, "json", tmp_path)
+    table = json.loads((tmp_path / "gemm_mma_sm_90a.json").read_text())["table"]
+    for row in table:
+        times = [m.ours_ms for t in store.trials(job_id, "measured") for m in t.measurements
+                 if list(m.size) == row["size"]]
+        assert row["ours_ms"] == min(times) and row["ratio"] > 0
+
+
+def _load_module(path: Path):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_python_module_dispatches_to_the_nearest_size(job, tmp_path):
+    from porter.arch import get_arch
+    from porter.template import find_template
+    store, job_id = job
+    paths = export(store, job_id, "python", tmp_path)
+    mod = _load_module(next(p for p in paths if p.suffix == ".py"))   # needs neither porter
+    assert "from porter" not in mod.__loader__.get_source(mod.__name__)  # nor CuPy to import
+    assert all((tmp_path / e["file"]).is_file() for e in mod.TABLE)
+    assert mod.nearest((4000, 4100, 3900))["size"] == [4096] * 3
+    assert mod.nearest((10000, 9000, 7000))["size"] == [8192] * 3
+    entry = mod.nearest((6144, 6144, 6144))
+    tpl = find_template("gemm_mma")
+    want = tpl.launch(entry["params"], get_arch("sm_90a"), (6144, 6144, 6144))
+    grid, block, smem, _ = mod.geometry(entry, (6144, 6144, 6144))
+    assert (grid, block, smem) == (want.grid, want.block, want.smem)
+
+
+def test_header_lookup_in_c(job, tmp_path):
+    import shutil
+    import subprocess
+    store, job_id = job
+    h = next(p for p in export(store, job_id, "header", tmp_path) if p.suffix == ".h")
+    text = h.read_text()
+    assert "gemm_mma_lookup" in text and "{90, 4096, 4096, 4096," in text
+    assert "{80, 4096, 4096, 4096," in text      # the compile-only sm_80 job's row
+    if not shutil.which("cc"):
+        pytest.skip("no C compiler to check the header's lookup")
+    (tmp_path / "main.c").write_text(
+        f'#include "{h.name}"\n#include <stdio.h>\nint main(void) {{\n'
+        "  const struct gemm_mma_config* c = gemm_mma_lookup(90, 8000, 8000, 8000);\n"
+        "  const struct gemm_mma_config* d = gemm_mma_lookup(89, 4096, 4096, 4096);\n"
+        '  printf("%d %lld %d\\n", c->arch, c->M, d->arch);\n  return 0;\n}\n')
+    subprocess.run(["cc", "-std=c99", "-Wall", "-Werror", "-o", str(tmp_path / "main"),
+                    str(tmp_path / "main.c")], check=True, cwd=tmp_path)
+    out = subprocess.run([str(tmp_path / "main")], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["90", "8192", "80"]
+
+
+def test_fatbin_holds_every_architecture(job, tmp_path):
+    from porter._export_formats import nvfatbin
+    store, job_id = job
+    paths = export(store, job_id, "fatbin", tmp_path)
+    index = json.loads((tmp_path / "gemm_mma.fatbin.json").read_text())
+    assert {tuple(f["size"]) for f in index["fatbins"]} == {(4096,) * 3, (8192,) * 3}
+    for f in index["fatbins"]:
+        assert {i["arch"] for i in f["images"]} == {"sm_80", "sm_90a"}
+    if nvfatbin() is None:
+        assert "nvFatbin not installed" in index["container"]
+        return
+    for f in index["fatbins"]:
+        data = (tmp_path / f["file"]).read_bytes()
+        assert data[:4] == bytes.fromhex("50ed55ba")     # the fatbin magic, little-endian
+        assert f["ptx"] == "sm_80"
+    assert json.loads((tmp_path / "manifest.json").read_text())["archs"] == ["sm_80", "sm_90a"]
+    assert len([p for p in paths if p.suffix == ".fatbin"]) == 2
+
+
+def test_compile_only_job_exports_the_first_compiled_config(tmp_path):
+    from conftest import replay_job
+    store = open_store(f"sqlite:///{tmp_path / 'c.db'}")
+    job_id = replay_job(store, "rmsnorm", None, arch="sm_80", trials=3, backend="compile-only",
+                        workers=2)
+    paths = export(store, job_id, "cu", tmp_path / "out")
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["gpu"] == "not measured"
+    assert manifest["selection"].startswith("compile-only job")
+    assert len([p for p in paths if p.suffix == ".cu"]) == 3
