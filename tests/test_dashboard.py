@@ -99,3 +99,31 @@ def test_root_address_takes_a_page_query(replayed_db, monkeypatch):
     at.query_params["page"] = "best"
     at.run()
     assert not at.exception and at.title[0].value == "Best configurations"
+
+
+def test_submit_page_queues_through_the_service_plugin(replayed_db, monkeypatch):
+    import porter.store
+    submitted = []
+
+    class FakeService:
+        def submit(self, spec, db_url):
+            submitted.append((spec, db_url))
+            return 4242
+
+    monkeypatch.setattr(porter.store, "plugin", lambda name: FakeService)
+    at = open_page(monkeypatch, replayed_db.url, "submit")
+    at.selectbox(key="sub_template").set_value("rmsnorm")
+    at.text_input(key="sub_sizes").input("8192x4096")
+    at.button[0].click().run()
+    assert not at.exception and not at.error
+    assert "queued job 4242" in at.success[0].value
+    spec, url = submitted[0]
+    assert spec.template == "rmsnorm" and spec.sizes == ((8192, 4096),) and url == replayed_db.url
+
+
+def test_optuna_importance_button(replayed_db, monkeypatch):
+    at = open_page(monkeypatch, replayed_db.url, "job", job=replayed_db.jobs["rmsnorm/sm_90a"])
+    at.button(key="fanova").click().run()
+    assert not at.exception
+    # Optuna's fANOVA over the job's study
+    assert at.get("json") and not at.warning
