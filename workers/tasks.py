@@ -1,116 +1,274 @@
-"""The Celery tasks: thin, idempotent, and passing ids.
+"""Service tasks. Messages carry job ids only; everything else is read from the database.
 
-- `drive(job_id)` on `gpu.<arch>`: one slice of the job (drive.py), then it queues itself again
-  while the job has work. submit() queues several, one per GPU worker that may join.
-- `compile_trial(job_id, number)` on `compile`: compiles one claimed proposal into the shared
-  compile cache (PORTER_CACHE_DIR) so that the GPU never waits on a compiler.
+drive_job(job_id) runs on a measuring worker (queue gpu.<arch>): it shares the job's Optuna study
+with the job's other drivers and loops ask -> static check -> compile (cache) -> resource check
+-> measure -> record -> tell until the budget is recorded, the space is exhausted, or the job is
+cancelled. prefetch_compiles(job_id) runs on compile workers and fills the shared compile cache
+(PORTER_CACHE_DIR) with the job's feasible variants, so the drivers' compiles are cache hits.
+
+Idempotence: trial numbers come from the shared study and the store records a (job, number) once,
+so a redelivered driver never records a trial twice. A driver that died leaves an asked but
+untold trial: once its liveness key in Redis is gone and it is older than PORTER_STALE_TRIAL_S,
+any driver fails it in the study; only recorded trials count against the budget.
 """
 from __future__ import annotations
 
 import logging
 import os
+import random
 import socket
+import threading
 import time
+from contextlib import contextmanager
 
-from celery import shared_task
-from celery.exceptions import Reject
+import optuna
 
-from porter.compile import compile_variant
-from porter.errors import PorterError, StoreError
-
-from . import broker
 from .app import app
-from .claims import Claims
-from .context import forget, job_context
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("porter.worker")
 MAX_DELIVERIES = 3
-WAIT_S = 3.0
-_claims: Claims | None = None
+STALE_TRIAL_S = float(os.environ.get("PORTER_STALE_TRIAL_S", "20"))
+LIVE_TTL_S = 10
+_redis = None
 
 
-def worker_name() -> str:
-    return os.environ.get("PORTER_WORKER_NAME") or f"{socket.gethostname()}:{os.getpid()}"
+def redis_client():
+    global _redis
+    if _redis is None:
+        import redis
+        _redis = redis.Redis.from_url(app.conf.broker_url, socket_timeout=5,
+                                      socket_connect_timeout=5)
+    return _redis
 
 
-def gpu_queue(arch: str) -> str:
-    return f"gpu.{arch}"
+def _redis_try(fn, default=None):
+    try:
+        return fn(redis_client())
+    except Exception as e:  # noqa: BLE001 - Redis down or restarting: the loop goes on
+        log.warning("redis unavailable (%s)", type(e).__name__)
+        return default
 
 
-def job_slots() -> int:
-    return int(os.environ.get("PORTER_JOB_SLOTS", "8"))
+def enqueue(job_id: int, arch: str, drivers: int = 2) -> None:
+    retry = {"max_retries": 3, "interval_start": 0.2, "interval_step": 0.5}
+    for _ in range(max(1, drivers)):
+        drive_job.apply_async((job_id,), queue=f"gpu.{arch}", retry=True, retry_policy=retry)
+    prefetch_compiles.apply_async((job_id,), queue="compile", retry=True, retry_policy=retry)
 
 
-def send_drive(job_id: int, arch: str, countdown: float = 0.0) -> None:
-    drive.apply_async((job_id,), queue=gpu_queue(arch), countdown=countdown or None,
-                      retry=True, retry_policy={"max_retries": 30, "interval_start": 0.5,
-                                                "interval_step": 1.0, "interval_max": 2.0})
+def _deliveries(task_id: str) -> int:
+    key = f"porter:deliveries:{task_id}"
+
+    def incr(r):
+        n = r.incr(key)
+        r.expire(key, 7 * 86400)
+        return n
+    return _redis_try(incr, 1)
 
 
-def _send_compile(job_id: int, number: int) -> None:
-    compile_trial.apply_async((job_id, number), queue="compile", retry=True,
-                              retry_policy={"max_retries": 2, "interval_start": 0.2,
-                                            "interval_step": 0.5, "interval_max": 1.0})
+@contextmanager
+def _ask_lock(store, job_id: int):
+    """Serialises ask() over the job's drivers (a PostgreSQL advisory lock, released by the
+    server if the holder dies), so two drivers never propose the same configuration."""
+    if not store.url.startswith("postgresql"):
+        yield
+        return
+    from sqlalchemy import text
+    with store._engine.connect() as conn:
+        conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": 0x504F5254 * 1000 + job_id})
+        try:
+            yield
+        finally:
+            conn.execute(text("SELECT pg_advisory_unlock(:k)"),
+                         {"k": 0x504F5254 * 1000 + job_id})
+            conn.commit()
 
 
-def _delivery_guard(task) -> None:
-    """Bounds redeliveries of one message: a task that took its worker down three times is
-    dropped (the job goes on: its trials are bounded by their own attempt count)."""
-    n = broker.count(f"deliveries:{task.request.id}", 3600)
+class _Liveness(threading.Thread):
+    """Keeps `porter:trial:<job>:<number>` alive in Redis while this driver works on it."""
+
+    def __init__(self, job_id: int, driver: str):
+        super().__init__(daemon=True)
+        self.job_id, self.driver = job_id, driver
+        self.number: int | None = None
+        self.stop = threading.Event()
+
+    def touch(self):
+        n = self.number
+        if n is not None:
+            _redis_try(lambda r: r.set(f"porter:trial:{self.job_id}:{n}", self.driver,
+                                       ex=LIVE_TTL_S))
+
+    def run(self):
+        while not self.stop.wait(3):
+            self.touch()
+
+
+def _fail_stale(study, job_id: int, recorded: set[int]) -> None:
+    now = time.time()
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        if t.number in recorded or t.datetime_start is None:
+            continue
+        if now - t.datetime_start.timestamp() < STALE_TRIAL_S:
+            continue
+        alive = _redis_try(lambda r: r.exists(f"porter:trial:{job_id}:{t.number}"), 1)
+        if alive:
+            continue
+        try:
+            study.tell(t.number, state=optuna.trial.TrialState.FAIL)
+            log.warning("job %s: trial %s was left by a dead driver; failed in the study",
+                        job_id, t.number)
+        except (ValueError, RuntimeError):
+            pass
+
+
+def _finish(store, job_id: int, status: str, message: str = "") -> None:
+    info = store.get_job(job_id)
+    if info.status in ("done", "failed", "cancelled"):
+        return
+    if not message:
+        counts: dict[str, int] = {}
+        for t in store.trials(job_id):
+            counts[t.status] = counts.get(t.status, 0) + 1
+        message = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+    store.set_job_status(job_id, status, message)
+
+
+@app.task(bind=True, name="workers.tasks.drive_job", acks_late=True)
+def drive_job(self, job_id: int) -> str:
+    from porter.arch import get_arch
+    from porter.check import static_check
+    from porter.compile import nvrtc_version
+    from porter.engine import MAX_INFEASIBLE_FACTOR, run_trial
+    from porter.jobs import make_backend
+    from porter.run import warm_start_configs
+    from porter.search import Searcher, SearchSpace
+    from porter.store import open_store
+    from porter.template import find_template
+
+    store = open_store(None)
+    task_id = self.request.id or f"local-{os.getpid()}"
+    n = _deliveries(task_id)
+    info = store.get_job(job_id)
+    if info.status in ("done", "failed", "cancelled"):
+        return info.status
     if n > MAX_DELIVERIES:
-        raise Reject(f"delivered {n} times", requeue=False)
-
-
-@shared_task(bind=True, name="porter.drive", acks_late=True, reject_on_worker_lost=True)
-def drive(self, job_id: int) -> str:
-    global _claims
-    from .drive import Slice
-    _delivery_guard(self)
-    if _claims is None:
-        _claims = Claims(worker_name())
+        _finish(store, job_id, "failed", f"a driver of this job was delivered {n - 1} times and "
+                "its worker died each time (a kernel that kills its process?); not retried")
+        return "failed"
+    spec = info.spec
+    driver = f"{socket.gethostname()}-{os.getpid()}"
+    tpl, arch = find_template(spec.template), get_arch(spec.arch)
     try:
-        ctx = job_context(job_id)
-        result = Slice(ctx, _claims, worker_name(), _send_compile).run()
-    except StoreError as e:
-        # the database blinked (or two workers created Optuna's tables at once): try again;
-        # past the retries the supervisor re-queues the job once its heartbeat is stale
-        raise self.retry(exc=e, countdown=2, max_retries=5)
-    except PorterError as e:   # the job cannot run anywhere (template, replay source)
-        return _fail(job_id, str(e))
-    if result.action == "finished":
-        forget(job_id)
-    elif result.action == "more":
-        send_drive(job_id, ctx.arch.name)
-    else:
-        send_drive(job_id, ctx.arch.name, countdown=WAIT_S)
-    return f"job {job_id}: {result.action} after {result.trials} trials"
-
-
-def _fail(job_id: int, message: str) -> str:
-    from .context import store_for
-    store = store_for()
+        backend, _ = make_backend(spec, arch, hold=os.environ.get("PORTER_REPLAY_HOLD") == "1")
+    except Exception as e:  # noqa: BLE001 - a job that cannot run here fails with a reason
+        _finish(store, job_id, "failed", f"backend: {e}")
+        return "failed"
+    if info.status == "queued":
+        store.set_job_status(job_id, "running")
+    sizes = list(spec.sizes)
+    default = {k: v[0] for k, v in tpl.params.items()}
+    warm = warm_start_configs(store, tpl.name, spec.from_arch, spec.from_job)
+    space = SearchSpace(tpl.params, lambda c: backend.allows(c) and
+                        static_check(tpl, arch, c, sizes) is None)
+    for attempt in range(5):
+        try:   # drivers starting together may race on creating the study: try again
+            searcher = Searcher(space, spec.sampler, spec.seed, storage=store.optuna_storage(),
+                                study_name=info.study_name or f"porter-job-{job_id}",
+                                warm_start=[*warm, default])
+            break
+        except Exception:  # noqa: BLE001
+            if attempt == 4:
+                raise
+            store._optuna = None
+            time.sleep(0.5 + random.random())
+    study = searcher.study
+    budget = spec.trials if spec.trials else (None if spec.minutes else 100)
+    deadline = (info.started_at or time.time()) + spec.minutes * 60 if spec.minutes else None
+    infeasible_left = MAX_INFEASIBLE_FACTOR * (budget or 1000)
+    toolchain = {"nvrtc": nvrtc_version(), "arch": arch.name}
+    live = _Liveness(job_id, driver)
+    live.start()
+    result = "done"
     try:
-        info = store.get_job(job_id)
-    except PorterError:
-        return f"job {job_id}: unknown"
-    if info.status not in ("done", "failed", "cancelled"):
-        store.set_job_status(job_id, "failed", message)
-    return f"job {job_id}: failed: {message}"
+        while True:
+            if store.heartbeat(job_id):
+                result = "cancelled"
+                break
+            if store.get_job(job_id).status in ("done", "failed", "cancelled"):
+                result = None
+                break
+            proposal = None
+            with _ask_lock(store, job_id):
+                trials = store.trials(job_id)
+                recorded = {t.number for t in trials}
+                counted = sum(1 for t in trials if t.status != "infeasible")
+                _fail_stale(study, job_id, recorded)
+                running = [t.number for t in study.get_trials(
+                    deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+                    if t.number not in recorded]
+                if budget is not None and counted >= budget:
+                    break
+                out_of_time = deadline is not None and time.time() >= deadline
+                if not out_of_time and infeasible_left > 0 and \
+                        (budget is None or counted + len(running) < budget):
+                    proposal = searcher.ask()
+                    if proposal is None and not running:
+                        break                       # the space is exhausted
+                elif out_of_time and not running:
+                    break
+                if proposal is not None:
+                    live.number = proposal[0]
+                    live.touch()
+            if proposal is None:
+                time.sleep(1.0)   # others' trials are in flight: wait for them (or to go stale)
+                continue
+            number, config = proposal
+            rec, _, _ = run_trial(tpl, arch, backend, number, config, sizes, toolchain,
+                                  f"service:{driver}")
+            if rec.status == "infeasible":
+                infeasible_left -= 1
+            store.record_trial(job_id, rec)
+            searcher.tell(number, rec.objective)
+            live.number = None
+            log.info("job %s trial %s: %s", job_id, number, rec.status)
+    finally:
+        live.stop.set()
+        backend.close()
+    if result:
+        _finish(store, job_id, result)
+    return result or "stopped"
 
 
-@shared_task(bind=True, name="porter.compile_trial", acks_late=True,
-             reject_on_worker_lost=True)
-def compile_trial(self, job_id: int, number: int) -> str:
-    _delivery_guard(self)
-    ctx = job_context(job_id)
-    storage = ctx.storage
-    study_id = storage.get_study_id_from_name(ctx.study_name)
-    trial = storage.get_trial(storage.get_trial_id_from_study_id_trial_number(study_id, number))
-    if trial.state.is_finished():
-        return "already finished"
-    t0 = time.perf_counter()
-    res = compile_variant(ctx.template, trial.params, ctx.arch)
-    return f"{res.key} ok={res.ok} cached={res.cached} {time.perf_counter() - t0:.2f}s"
+@app.task(name="workers.tasks.prefetch_compiles", acks_late=True)
+def prefetch_compiles(job_id: int) -> int:
+    """Compiles the job's feasible variants in random order into the shared cache until the job
+    ends (nothing to do for backends that do not compile)."""
+    from porter.arch import get_arch
+    from porter.check import static_check
+    from porter.compile import compile_variant
+    from porter.jobs import make_backend
+    from porter.store import open_store
+    from porter.template import find_template
 
-
-__all__ = ["app", "compile_trial", "drive"]
+    store = open_store(None)
+    info = store.get_job(job_id)
+    spec = info.spec
+    tpl, arch = find_template(spec.template), get_arch(spec.arch)
+    backend, _ = make_backend(spec, arch)
+    try:
+        if not backend.needs_compile:
+            return 0
+        sizes = list(spec.sizes)
+        configs = [c for c in tpl.iter_configs()
+                   if backend.allows(c) and static_check(tpl, arch, c, sizes) is None]
+        random.Random(spec.seed + job_id).shuffle(configs)
+        done = 0
+        for i, c in enumerate(configs):
+            if i % 8 == 0 and store.get_job(job_id).status in ("done", "failed", "cancelled"):
+                break
+            compile_variant(tpl, c, arch)
+            done += 1
+        return done
+    finally:
+        backend.close()
