@@ -229,5 +229,11 @@ def compare(conn: Connection, template: str, arch_a: str, arch_b: str) -> pd.Dat
     return pd.DataFrame(rows)
 
 
+def active_jobs(conn: Connection) -> int:
+    """How many jobs are queued or running (the Jobs page refreshes itself while any are)."""
+    return int(conn.execute(select(func.count()).select_from(Job)
+                            .where(Job.status.in_(("queued", "running")))).scalar() or 0)
+
+
 def trial_count(conn: Connection) -> int:
     return int(conn.execute(select(func.count()).select_from(Trial)).scalar() or 0)

@@ -25,7 +25,7 @@ def _fmt_ratio(r) -> str:
 def jobs_page(url: str) -> None:
     st.title("Jobs")
     with q.connect(url) as conn:
-        running = int((q.jobs(conn, 200)["status"].isin(("queued", "running"))).sum())
+        running = q.active_jobs(conn)
     every = REFRESH_SECONDS if running else None
     if running:
         st.caption(f"{running} job(s) queued or running: refreshing every {REFRESH_SECONDS} s")
