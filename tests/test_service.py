@@ -1,10 +1,6 @@
-"""Service mode against the local Redis (127.0.0.1:6379) and PostgreSQL (127.0.0.1:5432, user
-postgres): compile and measuring workers as separate `porter worker` processes, jobs through the
-`porter submit` CLI, and the faults the service must survive. The replay backend stands in for
-the GPU (tests/data/replay/gemm_mma_h200.json.gz, a real H200 recording); the workers still
-compile every variant (PORTER_REPLAY_COMPILE=1) so the compile queue is exercised, and each
-replayed measurement sleeps its recorded GPU time (PORTER_REPLAY_HOLD=1).
-"""
+"""The service against the local Redis and PostgreSQL: real `porter worker` processes, real
+`porter submit`, faults (a killed measuring worker, a Redis restart, a job whose every variant
+crashes) and malformed submissions."""
 from __future__ import annotations
 
 import gzip
@@ -19,265 +15,214 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.service
 
 ROOT = Path(__file__).resolve().parents[1]
-RECORDING = ROOT / "tests" / "data" / "replay" / "gemm_mma_h200.json.gz"
-PORTER = [sys.executable, "-m", "porter.cli"]
-REDIS_DB = 11
-REDIS_RESTART = ["redis-server", "--daemonize", "yes", "--bind", "127.0.0.1", "-::1", "--port",
-                 "6379", "--save", "", "--appendonly", "no", "--dir", "/var/lib/redis",
-                 "--logfile", "/var/log/redis/ci.log"]
-SIZES = ["--sizes", "4096x4096x4096", "--sizes", "8192x8192x8192"]
+PORTER = str(ROOT / ".venv" / "bin" / "porter") if (ROOT / ".venv/bin/porter").exists() \
+    else "porter"
+REPLAY = ROOT / "tests/data/replay/gemm_mma_h200.json.gz"
+BROKER = "redis://127.0.0.1:6379/9"
+PG = "postgresql+psycopg://postgres@127.0.0.1:5432/"
+REDIS_START = ["redis-server", "--daemonize", "yes", "--bind", "127.0.0.1", "-::1", "--port",
+               "6379", "--save", "", "--appendonly", "no", "--dir", "/var/lib/redis",
+               "--logfile", "/var/log/redis/ci.log"]
 
 
-def _redis_up() -> bool:
-    try:
-        import redis
-        return redis.Redis(socket_connect_timeout=1).ping()
-    except Exception:
-        return False
-
-
-def _pg_up() -> bool:
+def _services_up() -> bool:
     try:
         import psycopg
-        psycopg.connect("host=127.0.0.1 user=postgres dbname=postgres", connect_timeout=2).close()
+        import redis
+        redis.Redis.from_url(BROKER, socket_connect_timeout=2).ping()
+        psycopg.connect("host=127.0.0.1 port=5432 user=postgres dbname=postgres",
+                        connect_timeout=3).close()
         return True
-    except Exception:
+    except Exception:  # noqa: BLE001
         return False
 
 
-class Cluster:
-    """Worker processes of one test module, each in its own session so a kill takes all of it."""
+if not _services_up():
+    pytest.skip("needs Redis and PostgreSQL on localhost", allow_module_level=True)
 
-    def __init__(self, env: dict, logs: Path):
-        self.env, self.logs = env, logs
-        self.procs: dict[str, subprocess.Popen] = {}
 
-    def start(self, name: str, queues: str, *extra: str) -> None:
-        env = dict(self.env, PORTER_WORKER_NAME=name)
-        log = open(self.logs / f"{name}.log", "ab")
-        self.procs[name] = subprocess.Popen([*PORTER, "worker", "--queues", queues, *extra],
-                                            env=env, stdout=log, stderr=subprocess.STDOUT,
-                                            start_new_session=True, cwd=ROOT)
-
-    def kill(self, name: str, sig=signal.SIGKILL) -> None:
-        p = self.procs.pop(name)
-        os.killpg(p.pid, sig)
-        p.wait(30)
-
-    def stop(self) -> None:
-        for name in list(self.procs):
-            p = self.procs[name]
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-                p.wait(15)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                os.killpg(p.pid, signal.SIGKILL)
-            self.procs.pop(name)
-
-    def alive(self) -> list[str]:
-        return [n for n, p in self.procs.items() if p.poll() is None]
-
-    def porter(self, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([*PORTER, *args], env=self.env, capture_output=True, text=True,
-                              cwd=ROOT, timeout=120)
-
-    def submit(self, *args: str, recording: Path = RECORDING) -> int:
-        r = self.porter("submit", "gemm_mma", "--arch", "sm_90a", "--backend", "replay",
-                        "--replay", str(recording), *SIZES, *args)
-        assert r.returncode == 0, r.stderr
-        return int(r.stdout.strip().splitlines()[-1])
+def _wait_redis(up: bool, timeout=20):
+    import redis
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        try:
+            redis.Redis.from_url(BROKER, socket_connect_timeout=1).ping()
+            if up:
+                return
+        except Exception:  # noqa: BLE001
+            if not up:
+                return
+        time.sleep(0.2)
+    raise AssertionError(f"redis did not come {'up' if up else 'down'}")
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    if not (_redis_up() and _pg_up()):
-        pytest.skip("needs Redis on 127.0.0.1:6379 and PostgreSQL on 127.0.0.1:5432")
+def env(tmp_path_factory):
     import psycopg
     import redis
-    dbname = f"porter_service_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect("host=127.0.0.1 user=postgres dbname=postgres",
-                         autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {dbname}")
-    redis.Redis(db=REDIS_DB).flushdb()
-    tmp = tmp_path_factory.mktemp("service")
-    env = dict(os.environ,
-               PORTER_DB_URL=f"postgresql+psycopg://postgres@127.0.0.1:5432/{dbname}",
-               PORTER_BROKER_URL=f"redis://127.0.0.1:6379/{REDIS_DB}",
-               PORTER_CACHE_DIR=str(tmp / "cache"), PORTER_REPLAY_COMPILE="1",
-               PORTER_REPLAY_HOLD="1", PORTER_STALE_S="5", PORTER_SLICE_S="8",
-               PORTER_SUPERVISE_S="2", PORTER_ORPHAN_S="6", PORTER_JOB_SLOTS="4",
-               PORTER_COMPILE_WAIT_S="10", PORTER_LOG_LEVEL="INFO", PYTHONPATH=str(ROOT))
-    c = Cluster(env, tmp)
-    for i in (1, 2):
-        c.start(f"compile{i}", "compile", "--concurrency", "1")
-        c.start(f"gpu{i}", "gpu.sm_90a")
-    yield c
-    c.stop()
-    with psycopg.connect("host=127.0.0.1 user=postgres dbname=postgres",
-                         autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {dbname} WITH (FORCE)")
+    name = f"porter_svc_{uuid.uuid4().hex[:8]}"
+    admin = "host=127.0.0.1 port=5432 user=postgres dbname=postgres"
+    with psycopg.connect(admin, autocommit=True) as c:
+        c.execute(f'CREATE DATABASE "{name}"')
+    redis.Redis.from_url(BROKER).flushdb()
+    e = dict(os.environ, PORTER_DB_URL=PG + name, PORTER_BROKER_URL=BROKER,
+             PORTER_CACHE_DIR=str(tmp_path_factory.mktemp("cache")),
+             PORTER_STALE_TRIAL_S="5", PYTHONUNBUFFERED="1")
+    e.pop("CUDA_VISIBLE_DEVICES", None)
+    yield e
+    from db.store import get_engine  # noqa: F401 - engines of this process hold no connection
+    with psycopg.connect(admin, autocommit=True) as c:
+        c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def _store(c: Cluster):
+class Workers:
+    def __init__(self, env, logdir: Path):
+        self.env, self.logdir, self.procs = env, logdir, []
+
+    def start(self, queue: str, n: int = 1, **extra):
+        for _ in range(n):
+            log = open(self.logdir / f"{queue}-{len(self.procs)}.log", "w")
+            args = [PORTER, "worker", "--queues", queue]
+            if queue == "compile":
+                args += ["--concurrency", "1"]
+            p = subprocess.Popen(args, env=dict(self.env, **extra), stdout=log,
+                                 stderr=subprocess.STDOUT, cwd=ROOT)
+            self.procs.append(p)
+        return self.procs[-n:]
+
+    def stop(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+@pytest.fixture
+def workers(env, tmp_path):
+    w = Workers(env, tmp_path)
+    yield w
+    w.stop()
+
+
+def submit(env, *extra, replay=REPLAY, trials=30) -> int:
+    r = subprocess.run([PORTER, "submit", "gemm_mma", "--arch", "sm_90a", "--backend", "replay",
+                        "--replay", str(replay), "--sizes", "4096x4096x4096", "--trials",
+                        str(trials), *extra], env=env, capture_output=True, text=True, cwd=ROOT,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    return int(r.stdout.strip().splitlines()[-1])
+
+
+def store(env):
     from porter.store import open_store
-    return open_store(c.env["PORTER_DB_URL"])
+    return open_store(env["PORTER_DB_URL"])
 
 
-def wait_for(c: Cluster, job_id: int, statuses=("done", "failed", "cancelled"),
-             timeout: float = 90, trials: int | None = None):
-    store = _store(c)
-    end = time.time() + timeout
-    while time.time() < end:
-        info = store.get_job(job_id)
-        if trials is not None and info.n_trials >= trials:
-            return info
-        if trials is None and info.status in statuses:
-            return info
-        time.sleep(0.3)
-    logs = {p.name: p.read_text()[-3000:] for p in c.logs.glob("*.log")}
-    raise AssertionError(f"job {job_id} still {store.get_job(job_id).status}; logs: {logs}")
+def wait_done(env, job_id, timeout=90):
+    s = store(env)
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        j = s.get_job(job_id)
+        if j.status in ("done", "failed", "cancelled"):
+            return j
+        time.sleep(0.5)
+    raise AssertionError(f"job {job_id} still {s.get_job(job_id).status} after {timeout} s")
 
 
-def check_exactly_once(c: Cluster, job_id: int, budget: int | None):
-    """Every trial number once in porter's store, every Optuna trial finished, and the budget
-    spent exactly (infeasible proposals do not count)."""
-    import optuna
-    store = _store(c)
-    trials = store.trials(job_id)
-    numbers = [t.number for t in trials]
-    assert len(numbers) == len(set(numbers))
-    if budget is not None:
-        assert sum(t.status != "infeasible" for t in trials) == budget
-    info = store.get_job(job_id)
-    study = optuna.load_study(study_name=info.study_name, storage=store.optuna_storage())
-    states = {t.number: t.state for t in study.get_trials(deepcopy=False)}
-    assert not [n for n, s in states.items() if s == optuna.trial.TrialState.RUNNING]
-    evaluated = {n for n, s in states.items() if s in (optuna.trial.TrialState.COMPLETE,
-                                                       optuna.trial.TrialState.FAIL)}
-    assert evaluated == set(numbers)     # nothing evaluated and lost, nothing extra
+def wait_trials(env, job_id, n, timeout=60):
+    s = store(env)
+    t0 = time.time()
+    while len(s.trial_numbers(job_id)) < n:
+        assert time.time() - t0 < timeout, "no progress"
+        time.sleep(0.2)
+
+
+def check_trials(env, job_id, n, status="measured"):
+    trials = store(env).trials(job_id)
+    counted = [t for t in trials if t.status != "infeasible"]
+    assert len(counted) == n, [t.status for t in trials]
+    assert len({t.number for t in trials}) == len(trials)
+    assert len({t.config_key for t in trials}) == len(trials)
+    assert all(t.status == status for t in counted), {t.status for t in counted}
     return trials
 
 
-@pytest.mark.service
-def test_job_runs_to_completion_on_two_workers(cluster):
-    job = cluster.submit("--trials", "16")
-    info = wait_for(cluster, job)
+def test_job_runs_on_two_measuring_workers(env, workers):
+    workers.start("compile", 2)
+    workers.start("gpu.sm_90a", 2)
+    job = submit(env)
+    info = wait_done(env, job)
     assert info.status == "done", info.message
-    trials = check_exactly_once(cluster, job, 16)
-    assert all(t.status == "measured" and t.backend == "replay" for t in trials)
-    assert all(t.registers for t in trials)            # compiled: ptxas resources recorded
-    r = cluster.porter("status", str(job))
-    assert r.returncode == 0 and "done" in r.stdout
+    trials = check_trials(env, job, 30)
+    assert len({t.worker for t in trials}) == 2, "both measuring workers took part"
+    assert all(p.poll() is None for p in workers.procs)
 
 
-@pytest.mark.service
-def test_sigkilled_measuring_worker_loses_no_trial(cluster):
-    job = cluster.submit("--trials", "24")
-    wait_for(cluster, job, trials=4)
-    cluster.kill("gpu1")                                # mid-job, with trials claimed
-    info = wait_for(cluster, job, timeout=120)
+def test_killed_measuring_worker(env, workers):
+    a, b = workers.start("gpu.sm_90a", 2, PORTER_REPLAY_HOLD="1")
+    job = submit(env, trials=40)
+    wait_trials(env, job, 6)
+    a.send_signal(signal.SIGKILL)
+    a.wait()
+    info = wait_done(env, job)
     assert info.status == "done", info.message
-    check_exactly_once(cluster, job, 24)
-    cluster.start("gpu1", "gpu.sm_90a")                 # as a restart policy would
-    job2 = cluster.submit("--trials", "6", "--seed", "1")
-    assert wait_for(cluster, job2).status == "done"
-    check_exactly_once(cluster, job2, 6)
-    assert sorted(cluster.alive()) == ["compile1", "compile2", "gpu1", "gpu2"]
+    check_trials(env, job, 40)
+    assert b.poll() is None
 
 
-@pytest.mark.service
-def test_redis_restart_mid_job(cluster):
-    job = cluster.submit("--trials", "24", "--seed", "2")
-    wait_for(cluster, job, trials=4)
-    subprocess.run(["redis-cli", "shutdown", "nosave"], capture_output=True, timeout=30)
+def test_redis_restart(env, workers):
+    workers.start("gpu.sm_90a", 2, PORTER_REPLAY_HOLD="1")
+    job = submit(env, trials=40)
+    wait_trials(env, job, 6)
+    subprocess.run(["redis-cli", "-p", "6379", "shutdown", "nosave"], timeout=10)
+    _wait_redis(False)
     time.sleep(2)
-    subprocess.run(REDIS_RESTART, check=True, timeout=30)
-    for _ in range(50):
-        if _redis_up():
-            break
-        time.sleep(0.2)
-    info = wait_for(cluster, job, timeout=150)
+    subprocess.run(REDIS_START, check=True, timeout=10)
+    _wait_redis(True)
+    info = wait_done(env, job)
     assert info.status == "done", info.message
-    check_exactly_once(cluster, job, 24)
-    job2 = cluster.submit("--trials", "4", "--seed", "3")   # workers took up the broker again
-    assert wait_for(cluster, job2).status == "done"
-    assert sorted(cluster.alive()) == ["compile1", "compile2", "gpu1", "gpu2"]
+    check_trials(env, job, 40)
+    # the workers reconnected to the (emptied) broker: a new job is taken up
+    job2 = submit(env, trials=10)
+    info = wait_done(env, job2, timeout=60)
+    assert info.status == "done", info.message
+    check_trials(env, job2, 10)
+    assert all(p.poll() is None for p in workers.procs)
 
 
-@pytest.mark.service
-def test_every_variant_crashing_ends_the_job(cluster, tmp_path):
-    # SYNTHETIC recording: the real H200 recording with every entry turned into `crashed`
-    # (what the GPU backend records when a kernel takes its measuring process down)
-    data = json.loads(gzip.open(RECORDING, "rt").read())
-    for entry in data["trials"].values():
-        entry.update(status="crashed", message="SYNTHETIC: the kernel took its process down "
-                     "(exit code -11)", measurements=[], gpu_s=0.01)
-    crashed = tmp_path / "synthetic_all_crashed.json.gz"
-    with gzip.open(crashed, "wt") as f:
-        json.dump(data, f)
-    job = cluster.submit("--trials", "8", recording=crashed)
-    info = wait_for(cluster, job)
-    assert info.status == "done" and info.n_measured == 0
-    trials = check_exactly_once(cluster, job, 8)
-    assert {t.status for t in trials} == {"crashed"}
+def test_every_variant_crashes(env, workers, tmp_path):
+    data = json.load(gzip.open(REPLAY, "rt"))
+    for e in data["trials"].values():
+        e.update(status="crashed", message="illegal memory access", measurements=[],
+                 gpu_s=0.0)
+    crashing = tmp_path / "crashing.json"
+    crashing.write_text(json.dumps(data))
+    workers.start("gpu.sm_90a", 2)
+    job = submit(env, replay=crashing)
+    info = wait_done(env, job)
+    assert info.status == "done", info.message
+    check_trials(env, job, 30, status="crashed")
+    assert all(p.poll() is None for p in workers.procs)
 
 
-@pytest.mark.service
-def test_cancel_stops_within_a_trial(cluster):
-    job = cluster.submit("--trials", "90", "--seed", "4")
-    wait_for(cluster, job, trials=3)
-    r = cluster.porter("cancel", str(job))
-    assert r.returncode == 0
-    t0 = time.time()
-    info = wait_for(cluster, job, timeout=30)
-    assert info.status == "cancelled"
-    assert time.time() - t0 < 10
-    n = _store(cluster).get_job(job).n_trials
-    time.sleep(2)
-    assert _store(cluster).get_job(job).n_trials == n
-    check_exactly_once(cluster, job, None)
-
-
-@pytest.mark.service
-@pytest.mark.parametrize("args, says", [
-    (["submit", "no_such_template", "--arch", "sm_90a"], "unknown template"),
-    (["submit", "gemm_mma", "--arch", "sm_90a", "--sizes", "4096xbanana"], "size"),
-    (["submit", "gemm_mma", "--arch", "sm_999"], "sm_999"),
-    (["submit", "gemm_mma", "--arch", "sm_90a", "--backend", "replay"], "--replay"),
-    (["submit", "gemm_mma", "--arch", "sm_90a", "--trials", "0"], "--trials"),
+@pytest.mark.parametrize("args", [
+    ["nosuch_template", "--arch", "sm_90a"],
+    ["gemm_mma", "--arch", "sm_90a", "--sizes", "4096xabc"],
+    ["gemm_mma"],
 ])
-def test_malformed_submits_are_refused_in_one_line(cluster, args, says):
-    before = len(_store(cluster).list_jobs(1000))
-    r = cluster.porter(*args)
+def test_malformed_submit(env, args):
+    before = len(store(env).list_jobs(1000))
+    r = subprocess.run([PORTER, "submit", *args], env=env, capture_output=True, text=True,
+                       cwd=ROOT, timeout=60)
     assert r.returncode == 2
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and says in lines[0], r.stderr
-    assert len(_store(cluster).list_jobs(1000)) == before     # nothing half-written
-
-
-@pytest.mark.service
-def test_missing_field_is_a_usage_error(cluster):
-    r = cluster.porter("submit", "gemm_mma")
-    assert r.returncode == 2 and "--arch" in r.stderr
-    assert len(r.stderr.strip().splitlines()) == 1
-
-
-def test_compose_file_parses_with_a_compose_parser():
-    """docker-compose.yml through compose-spec (Rust compose_spec bindings; no Docker engine
-    here). Compose interpolates ${VAR:-default} before validating; the defaults stand in."""
-    import re
-    compose_spec = pytest.importorskip("compose_spec")
-    text = (ROOT / "docker-compose.yml").read_text()
-    text = re.sub(r"\$\{(\w+):-([^}]*)\}", lambda m: m.group(2), text)
-    c = compose_spec.PyCompose.from_yaml(text)
-    c.validate()
-    assert set(c.service_names()) >= {"redis", "postgres", "compile", "gpu0", "dashboard"}
-    gpu = c.get_service("gpu0")
-    (dev,) = gpu.deploy.resources.reservations.devices
-    assert dev.driver == "nvidia" and dev.device_ids == {"0"}
-    assert "CUDA_VISIBLE_DEVICES" in str(gpu.environment)
-    for name in ("redis", "postgres", "compile", "gpu0", "dashboard"):
-        assert c.get_service(name).healthcheck is not None, name
-    assert "pgdata" in c.volumes
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.stdout.strip() == ""
+    assert len(store(env).list_jobs(1000)) == before
