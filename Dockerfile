@@ -1,19 +1,25 @@
-# Kernel Porter: one image for the compile workers, the GPU workers and the dashboard.
-# NVRTC and the CUDA driver bindings come from PyPI; the GPU workers get the driver from the
-# NVIDIA container toolkit at run time (no CUDA toolkit in the image).
+# One image for every service role: compile worker, GPU worker, dashboard.
+# The CUDA runtime comes from the host driver through the NVIDIA container toolkit; NVRTC and
+# cuda-bindings come from PyPI wheels.
 FROM python:3.11-slim
 
-ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 \
-    PORTER_CACHE_DIR=/var/cache/kernel-porter
+ENV PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PORTER_CACHE_DIR=/cache \
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility
+
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY porter ./porter
 COPY db ./db
 COPY workers ./workers
-COPY search_spaces ./search_spaces
 COPY dashboard ./dashboard
-RUN pip install ".[service,dashboard,gpu]" && mkdir -p "$PORTER_CACHE_DIR"
-RUN useradd --create-home porter && chown porter "$PORTER_CACHE_DIR"
+COPY search_spaces ./search_spaces
+RUN pip install ".[service,dashboard,gpu]" && mkdir -p /cache
+
+# workers run as an unprivileged user
+RUN useradd --create-home --uid 1000 porter && chown porter /cache
 USER porter
+
 ENTRYPOINT ["porter"]
 CMD ["--help"]

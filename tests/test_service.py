@@ -226,3 +226,27 @@ def test_malformed_submit(env, args):
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert r.stdout.strip() == ""
     assert len(store(env).list_jobs(1000)) == before
+
+
+def test_compose_file_is_valid():
+    """docker-compose.yml parsed by a strict compose-spec parser (YAML anchors and merge keys
+    resolved first, as docker compose does)."""
+    compose_spec = pytest.importorskip("compose_spec")
+    import yaml
+    data = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    c = compose_spec.PyCompose.from_json(json.dumps(data))
+    for name in ("redis", "postgres", "compile-worker", "gpu-worker-0", "dashboard"):
+        assert name in c, name
+    gpus = [n for n in data["services"] if n.startswith("gpu-worker-")]
+    ids = set()
+    for n in gpus:
+        svc = data["services"][n]
+        dev = svc["deploy"]["resources"]["reservations"]["devices"][0]
+        assert dev["driver"] == "nvidia" and len(dev["device_ids"]) == 1
+        ids |= set(dev["device_ids"])
+        assert svc["environment"]["CUDA_VISIBLE_DEVICES"] == "0"
+        assert svc["command"][:3] == ["worker", "--queues", "gpu.${PORTER_ARCH:-sm_90a}"]
+        assert "healthcheck" in svc
+    assert len(ids) == len(gpus), "each GPU worker has its own GPU"
+    assert "pgdata" in data["volumes"]
+    assert data["services"]["dashboard"]["command"][:3] == ["dashboard", "--address", "0.0.0.0"]

@@ -50,7 +50,8 @@ class Service:
         gpu = any(q.startswith("gpu.") for q in queues)
         pool = "solo" if gpu else "prefork"
         conc = 1 if gpu else (concurrency or max(1, (os.cpu_count() or 2) - 1))
-        name = f"{'gpu' if gpu else 'compile'}-{os.getpid()}@{socket.gethostname()}"
+        name = os.environ.get("PORTER_WORKER_NAME") or \
+            f"{'gpu' if gpu else 'compile'}-{os.getpid()}@{socket.gethostname()}"
         app.worker_main(["worker", "-Q", ",".join(queues), "--pool", pool,
                          "--concurrency", str(conc), "-n", name, "--loglevel", "INFO",
                          "--without-gossip", "--without-mingle"])
