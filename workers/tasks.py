@@ -200,13 +200,21 @@ def drive_job(self, job_id: int) -> str:
                 break
             proposal = None
             with _ask_lock(store, job_id):
+                # the study's running trials first, the store's records second: a trial is
+                # recorded before it is told, so one that finishes in between is seen in the
+                # records; one seen in neither cannot exist (asking needs this lock)
+                in_study = [t.number for t in study.get_trials(
+                    deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))]
                 trials = store.trials(job_id)
                 recorded = {t.number for t in trials}
                 counted = sum(1 for t in trials if t.status != "infeasible")
-                _fail_stale(study, job_id, recorded)
-                running = [t.number for t in study.get_trials(
-                    deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
-                    if t.number not in recorded]
+                running = [n for n in in_study if n not in recorded]
+                if running:
+                    _fail_stale(study, job_id, recorded)
+                    still = {t.number for t in study.get_trials(
+                        deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))}
+                    running = [n for n in running if n in still or n in
+                               store.trial_numbers(job_id)]
                 if budget is not None and counted >= budget:
                     break
                 out_of_time = deadline is not None and time.time() >= deadline
