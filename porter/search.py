@@ -23,12 +23,14 @@ Warm-start configurations (feasible ones only) are proposed first, in the order 
 """
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 import random
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
+import numpy as np
 import optuna
 from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState
@@ -328,8 +330,29 @@ class _OptunaProposer:
 
 
 class _Auto:
-    """The default proposer: a local search with a genetic fallback over value indices, on the
-    enumerated feasible set. Only unseen feasible configurations are proposed."""
+    """The default proposer, on the enumerated feasible set; only unseen feasible configurations.
+
+    After N_INIT random configurations, each proposal is one of
+    - a close unseen neighbour (one parameter one or two places along its value order) of one
+      of the three best configurations (P_CLIMB of the time), else
+    - a child of the best configurations so far (rank-weighted parents, uniform crossover
+      and/or mutation that mostly steps along a value order, sometimes jumps anywhere),
+    and for P_SURROGATE of the proposals, the best of up to N_CANDIDATES such candidates as
+    predicted by an additive model (ridge regression of log objective on one-hot parameter
+    values: cheap, and enough to skip children that repeat a known-bad value). P_RANDOM of the
+    proposals are random restarts. Tuned on the Kernel Tuner caches of shared/replay with
+    benchmarks/search_quality.py."""
+
+    N_INIT = 5
+    P_RANDOM = 0.03
+    P_CLIMB = 0.3
+    P_SURROGATE = 0.4
+    N_CANDIDATES = 16
+    SURROGATE_AFTER = 12      # told results before the model is used
+    RIDGE = 1.0
+    POP_MIN, POP_MAX, POP_FRAC = 4, 12, 0.2   # parents: the best max(MIN, min(MAX, FRAC * n))
+    P_CROSS = 0.5             # uniform crossover of two parents (then a mutation), else mutation
+    P_STEP = 0.8              # a mutation steps along the value order, else jumps anywhere
 
     def __init__(self, s: Searcher, seed: int):
         self.s = s
@@ -337,9 +360,9 @@ class _Auto:
         self.sizes = [len(v) for v in s.space.params.values()]
         self.pos = [{v: i for i, v in enumerate(vals)} for vals in s.space.params.values()]
         self.values = [tuple(v) for v in s.space.params.values()]
+        self.offsets = list(itertools.accumulate([1] + self.sizes))[:-1]   # one-hot columns
         self.feasible: list[Key] | None = None
         self.fset: set[Key] = set()
-        self.unseen_count = 0
         self.ranked: list[tuple[float, Key]] = []   # told results, best first
         self.failed = 0
 
@@ -361,20 +384,12 @@ class _Auto:
         if value is None:
             self.failed += 1
             return
-        lo, hi = 0, len(self.ranked)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if self.ranked[mid][0] <= value:
-                lo = mid + 1
-            else:
-                hi = mid
-        self.ranked.insert(lo, (value, key))
+        bisect.insort(self.ranked, (value, key), key=lambda r: r[0])
 
     def _ok(self, key: Key) -> bool:
-        s = self.s
-        if s._is_seen(key):
+        if self.s._is_seen(key):
             return False
-        return key in self.fset if self.fset else s._feasible(key)
+        return key in self.fset if self.fset else self.s._feasible(key)
 
     def _index(self, key: Key) -> list[int]:
         return [p[v] for p, v in zip(self.pos, key)]
@@ -386,11 +401,18 @@ class _Auto:
     def propose(self) -> Key | None:
         self._enumerate()
         n_told = len(self.ranked) + self.failed
-        n_init = 5
-        if len(self.ranked) < 2 or n_told < n_init or self.rng.random() < 0.03:
+        if len(self.ranked) < 2 or n_told < self.N_INIT or self.rng.random() < self.P_RANDOM:
             return self._random()
-        key = self._climb() or self._breed()
+        if len(self.ranked) >= self.SURROGATE_AFTER and self.rng.random() < self.P_SURROGATE:
+            key = self._best_predicted()
+        else:
+            key = self._candidate(self._close())
         return key or self._random()
+
+    def _candidate(self, close: list[Key]) -> Key | None:
+        if close and self.rng.random() < self.P_CLIMB:
+            return self.rng.choice(close)
+        return self._breed()
 
     def _random(self) -> Key | None:
         s = self.s
@@ -409,52 +431,68 @@ class _Auto:
                 return k
         return None
 
-    def _neighbours(self, key: Key, reach: int) -> list[Key]:
-        ix = self._index(key)
-        out = []
-        for g, n in enumerate(self.sizes):
-            for step in range(-reach, reach + 1):
-                j = ix[g] + step
-                if step == 0 or not 0 <= j < n:
-                    continue
-                c = list(ix)
-                c[g] = j
-                out.append(self._key(c))
-        return out
-
-    def _climb(self) -> Key | None:
-        """An unseen close neighbour of one of the best few configurations, the best first."""
+    def _close(self) -> list[Key]:
+        """Unseen feasible neighbours (one parameter one place along its order) of the three
+        best configurations, or two places where those are used up."""
         top = [k for _, k in self.ranked[:3]]
         for reach in (1, 2):
+            out = []
             for k in top:
-                cands = [c for c in self._neighbours(k, reach) if self._ok(c)]
-                if cands:
-                    return self.rng.choice(cands)
-        return None
+                ix = self._index(k)
+                for g, n in enumerate(self.sizes):
+                    for j in (ix[g] - reach, ix[g] + reach):
+                        if 0 <= j < n:
+                            c = self._key(ix[:g] + [j] + ix[g + 1:])
+                            if self._ok(c):
+                                out.append(c)
+            if out:
+                return out
+        return []
 
     def _breed(self) -> Key | None:
-        elites = [k for _, k in self.ranked[:max(4, min(12, len(self.ranked) // 5))]]
+        n_pop = int(max(self.POP_MIN, min(self.POP_MAX, len(self.ranked) * self.POP_FRAC)))
+        elites = [k for _, k in self.ranked[:n_pop]]
         weights = [len(elites) - i for i in range(len(elites))]
         for _ in range(200):
             a = self._index(self.rng.choices(elites, weights)[0])
-            if len(elites) > 1 and self.rng.random() < 0.5:
+            if len(elites) > 1 and self.rng.random() < self.P_CROSS:
                 b = self._index(self.rng.choices(elites, weights)[0])
                 a = [x if self.rng.random() < 0.5 else y for x, y in zip(a, b)]
-            a = self._mutate(a)
-            k = self._key(a)
+            k = self._key(self._mutate(a))
             if self._ok(k):
                 return k
         return None
 
     def _mutate(self, ix: list[int]) -> list[int]:
+        """Changes one parameter (60%), two (30%) or three: a step of one or two places along
+        its value order, or any other value."""
         free = [g for g, n in enumerate(self.sizes) if n > 1]
         if not free:
             return ix
         r = self.rng.random()
         count = 1 if r < 0.6 else (2 if r < 0.9 else 3)
         for g in self.rng.sample(free, min(count, len(free))):
-            if self.rng.random() < 0.5:
+            if self.rng.random() < self.P_STEP:
                 ix[g] = min(self.sizes[g] - 1, max(0, ix[g] + self.rng.choice((-2, -1, 1, 2))))
             else:
                 ix[g] = self.rng.randrange(self.sizes[g])
         return ix
+
+    def _best_predicted(self) -> Key | None:
+        close = self._close()
+        cands = {c for c in (self._candidate(close) for _ in range(self.N_CANDIDATES)) if c}
+        if len(cands) < 2:
+            return next(iter(cands), None)
+        cands_l = sorted(cands, key=self._index)   # a fixed order: determinism under a seed
+        values = np.array([v for v, _ in self.ranked], float)
+        y = np.log(values) if values.min() > 0 else values
+        x = self._one_hot([k for _, k in self.ranked])
+        w = np.linalg.solve(x.T @ x + self.RIDGE * np.eye(x.shape[1]), x.T @ (y - y.mean()))
+        return cands_l[int(np.argmin(self._one_hot(cands_l) @ w))]
+
+    def _one_hot(self, keys: Sequence[Key]) -> np.ndarray:
+        out = np.zeros((len(keys), self.offsets[-1] + self.sizes[-1]))
+        rows = np.arange(len(keys))
+        for g, (p, off) in enumerate(zip(self.pos, self.offsets)):
+            out[rows, [off + p[k[g]] for k in keys]] = 1.0
+        return out
