@@ -11,6 +11,8 @@ kernel as a porter template (op "kt").
 - `t1_to_template(kernel_cu, t1_json, out_dir)` -> the template folder it wrote (kernel.cu,
   t1.json, space.toml; op "kt"), checked with porter.template.load_template; on any error
   nothing is left behind. `import_kt` is the same function under the CLI's name.
+- `kernel_parameters(source, kernel)`, `passes_constant_arguments(...)`: whether the kernel also
+  takes its constant-memory T1 arguments as parameters (Kernel Tuner passes them both ways).
 
 Grid sizes follow Kernel Tuner: with GridDiv lists, grid[d] = ceil(ProblemSize[d] / product of
 the divisors); without them, GlobalSizeType "CUDA" gives blocks and "OpenCL" gives threads.
@@ -262,7 +264,9 @@ def _grid(t1: T1) -> list[str]:
     return out
 
 
-_GLOBAL_RE = r"(__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+{name}\s*\()"
+# __launch_bounds__ may come before or after `void` (CUDA's guide puts it after)
+_BOUNDS = r"(?:__launch_bounds__\s*\([^)]*\)\s*)?"
+_GLOBAL_RE = r"(__global__\s+" + _BOUNDS + r"void\s+" + _BOUNDS + r"{name}\s*\()"
 
 
 def add_extern_c(source: str, kernel: str) -> str:
@@ -271,6 +275,51 @@ def add_extern_c(source: str, kernel: str) -> str:
     if not pat.search(source):
         raise TemplateError(f"the source has no `__global__ void {kernel}(` declaration")
     return pat.sub(lambda m: m.group(0) if m.group(1) else 'extern "C" ' + m.group(2), source)
+
+
+def _strip_comments(source: str) -> str:
+    source = re.sub(r"/\*.*?\*/", " ", source, flags=re.S)
+    return re.sub(r"//[^\n]*", "", source)
+
+
+def kernel_parameters(source: str, kernel: str) -> list[str]:
+    """The parameter declarations of `__global__ void kernel(...)` in source, in order."""
+    text = _strip_comments(source)
+    m = re.search(_GLOBAL_RE.format(name=re.escape(kernel)), text)
+    if not m:
+        raise TemplateError(f"the source has no `__global__ void {kernel}(` declaration")
+    params, depth, cur = [], 1, []
+    for ch in text[m.end():]:
+        if ch in "(<[":
+            depth += 1
+        elif ch in ")>]":
+            depth -= 1
+            if depth == 0:
+                break
+        if ch == "," and depth == 1:
+            params.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(ch)
+    else:
+        raise TemplateError(f"the parameter list of {kernel} is not closed")
+    params.append("".join(cur).strip())
+    return [] if params in ([""], ["void"]) else params
+
+
+def passes_constant_arguments(n_params: int, constant_memory: list[bool], kernel: str) -> bool:
+    """Whether the kernel takes the T1 arguments that live in constant memory as parameters as
+    well. Kernel Tuner passes every argument to the kernel and also copies the constant ones
+    into their __constant__ symbols, so a kernel may declare them (and ignore them) or not; the
+    kernel's parameter count says which. A count that fits neither is a TemplateError."""
+    n_all, n_const = len(constant_memory), sum(constant_memory)
+    if n_params == n_all:
+        return True
+    if n_params == n_all - n_const:
+        return False
+    raise TemplateError(
+        f"kernel {kernel} has {n_params} parameters but the T1 file lists {n_all} arguments "
+        f"({n_const} in constant memory); the T1 Arguments must match the kernel's signature")
 
 
 def _toml_str(s: str) -> str:
@@ -297,6 +346,9 @@ def t1_to_template(kernel_cu_path: str | Path, t1_path: str | Path,
     kernel_cu, t1_json, out_dir = Path(kernel_cu_path), Path(t1_path), Path(out_dir)
     t1 = load_t1(t1_json)
     source = add_extern_c(kernel_cu.read_text(), t1.kernel_name)
+    if t1.arguments:
+        passes_constant_arguments(len(kernel_parameters(source, t1.kernel_name)),
+                                  [a.constant_memory for a in t1.arguments], t1.kernel_name)
     if not t1.problem_size:
         raise TemplateError(f"{t1_json}: KernelSpecification has no ProblemSize")
     for n in t1.params:

@@ -71,6 +71,8 @@ def test_extern_c():
     assert add_extern_c(src, "k").startswith('extern "C" __global__ void k(')
     once = 'extern "C" __global__ void k(float* x) {}\n'
     assert add_extern_c(once, "k") == once
+    bounded = "__global__ void __launch_bounds__(256, 2) k(float* x) {}\n"
+    assert add_extern_c(bounded, "k") == 'extern "C" ' + bounded
 
 
 def _import(tmp_path):
@@ -155,3 +157,85 @@ def test_warm_start_keeps_only_feasible_configs():
         first.append(cfg)
         s.tell(n, 1.0)
     assert first == [{"a": 2, "b": 2}, {"a": 3, "b": 1}]
+
+
+# ---- kernels whose constant-memory arguments are (or are not) also kernel parameters --------
+_SCALE_3 = """// Kernel Tuner passes every argument, and copies cmem_args into their symbols as well
+__constant__ float coeff[4];
+__global__ void __launch_bounds__(1024) scale(float *out, const float *in,
+                                              const float *coeff_unused /* = coeff */) {
+    int i = blockIdx.x * block_size_x + threadIdx.x;
+    if (i < 4096) out[i] = in[i] * coeff[i % 4];
+}
+"""
+_SCALE_2 = _SCALE_3.replace(",\n                                              const float "
+                            "*coeff_unused /* = coeff */)", ")")
+_SCALE_4 = _SCALE_3.replace("const float *coeff_unused", "int n, const float *coeff_unused")
+
+
+def _scale_t1(path: Path) -> Path:
+    t1 = json.loads((DATA / "vector_add.T1.json").read_text())
+    ks = t1["KernelSpecification"]
+    ks.update(KernelName="scale", KernelFile="scale.cu", ProblemSize=[4096],
+              GridDivX=["block_size_x"])
+    t1["ConfigurationSpace"] = {"TuningParameters": [
+        {"Name": "block_size_x", "Type": "int", "Values": "[64, 128]", "Default": 64}],
+        "Conditions": []}
+    ks["Arguments"] = [
+        {"Name": "out", "Type": "float", "MemoryType": "Vector", "FillType": "Constant",
+         "Size": "ProblemSize[0]", "FillValue": 0.0, "Output": 1},
+        {"Name": "in", "Type": "float", "MemoryType": "Vector", "FillType": "Random",
+         "Size": "ProblemSize[0]", "FillValue": 1.0},
+        {"Name": "coeff", "Type": "float", "MemoryType": "Vector", "MemType": "Constant",
+         "FillType": "Random", "Size": "4", "FillValue": 1.0}]
+    path.write_text(json.dumps(t1))
+    return path
+
+
+def test_kernel_parameters():
+    from porter.kt import kernel_parameters
+    assert kernel_parameters(_SCALE_3, "scale") == [
+        "float *out", "const float *in", "const float *coeff_unused"]
+    assert kernel_parameters(_SCALE_2, "scale") == ["float *out", "const float *in"]
+    src = ('extern "C" __global__ void k(void) {}\n'
+           "__global__ void t(Pair<int, float> p, float (*f)[4], int n) {}\n")
+    assert kernel_parameters(src, "k") == []
+    assert kernel_parameters(src, "t") == ["Pair<int, float> p", "float (*f)[4]", "int n"]
+    with pytest.raises(Exception, match="no `__global__ void missing"):
+        kernel_parameters(src, "missing")
+
+
+class _Buf:
+    def __init__(self, ptr):
+        self.data = type("Mem", (), {"ptr": ptr})()
+
+
+@pytest.mark.parametrize("source,passed", [(_SCALE_3, True), (_SCALE_2, False)],
+                         ids=["declared", "symbol-only"])
+def test_constant_argument_passed_when_the_kernel_declares_it(tmp_path, monkeypatch, source,
+                                                              passed):
+    from porter.ops.kt import KTOp
+    monkeypatch.setenv("PORTER_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "scale.cu").write_text(source)
+    folder = import_kt(tmp_path / "scale.cu", _scale_t1(tmp_path / "scale.T1.json"),
+                       tmp_path / "scale")
+    op = KTOp()
+    op.configure(str(folder))
+    assert op.pass_constants is passed
+    bufs = [("vector", a, _Buf(1000 + i)) for i, a in enumerate(op.arguments)]
+    ptrs = [a.value for a in op.args({"bufs": bufs}, 0)]
+    assert ptrs == ([1000, 1001, 1002] if passed else [1000, 1001])
+    state = {"bufs": bufs}
+    assert list(op.constants(state)) == ["coeff"]     # the symbol is filled either way
+    from porter.compile import compile_variant
+    res = compile_variant(load_template(folder), {"block_size_x": 64}, ARCHS["sm_90a"],
+                          use_cache=False)
+    assert res.ok, res.log
+
+
+def test_import_refuses_arguments_that_fit_no_signature(tmp_path):
+    (tmp_path / "scale.cu").write_text(_SCALE_4)
+    with pytest.raises(Exception, match="has 4 parameters but the T1 file lists 3 arguments"):
+        import_kt(tmp_path / "scale.cu", _scale_t1(tmp_path / "scale.T1.json"),
+                  tmp_path / "scale")
+    assert not (tmp_path / "scale").exists()

@@ -39,9 +39,19 @@ class KTOp(Op):
     dims = ()
     rtol = 1e-3
 
+    pass_constants = False
+
     def configure(self, template_dir: str):
+        from ..kt import kernel_parameters, passes_constant_arguments
+        from ..template import load_template
         self.t1 = json.loads((Path(template_dir) / "t1.json").read_text())
         self.arguments = self.t1["KernelSpecification"]["Arguments"]
+        # a kernel may declare its constant-memory arguments as (unused) parameters too, as
+        # Kernel Tuner passes every argument; launching with fewer would read past the list
+        tpl = load_template(template_dir)
+        self.pass_constants = passes_constant_arguments(
+            len(kernel_parameters(tpl.source, tpl.kernel)),
+            [a.get("MemType") == "Constant" for a in self.arguments], tpl.kernel)
 
     def setup(self, size, seed):
         import cupy as cp
@@ -73,7 +83,7 @@ class KTOp(Op):
         for b in state["bufs"]:
             if b[0] == "scalar":
                 out.append(_TYPES[b[1]["Type"]][1](b[1].get("FillValue", 0)))
-            elif b[1].get("MemType") != "Constant":
+            elif b[1].get("MemType") != "Constant" or self.pass_constants:
                 out.append(ctypes.c_void_p(b[2].data.ptr))
         return out
 
