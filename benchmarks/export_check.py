@@ -2,9 +2,10 @@
 process, gives the same output as the engine's best variant on the same inputs and a time within
 5% of it, measured side by side in one process.
 
-    python benchmarks/export_check.py --out DIR                        # short GPU ports, then the check
-    python benchmarks/export_check.py --out DIR --db URL --job 3       # an existing measured job
-    python benchmarks/export_check.py --out DIR --backend compile-only # no GPU: ports, exports, imports
+    python benchmarks/export_check.py --out DIR                   # short GPU ports, then the check
+    python benchmarks/export_check.py --out DIR --db URL --job 3  # an existing measured job
+    python benchmarks/export_check.py --out DIR --backend compile-only   # no GPU: port, export,
+                                                                         # import; no launch
 
 Steps (DIR/export_check.json is rewritten after each, so a run cut short still says how far it
 got; every failure ends the run with one line `error: ...` and exit status 1):
@@ -21,8 +22,9 @@ got; every failure ends the run with one line `error: ...` and exit status 1):
    workspace) and the module's `launch`, compares the outputs bit for bit (bf16 bits; the max
    absolute difference and both errors against the op's reference are kept), then times both
    with the engine's own timing routine (warm-up, L2 flushed before every repeat, CUDA events),
-   alternating five rounds of each, and takes the medians. Pass: identical bits and
-   |export/engine - 1| <= 5%.
+   alternating five rounds of each, and takes the medians. Pass: identical bits (or, only for a
+   kernel whose own output differs run to run, both within the op's tolerance of the reference)
+   and |export/engine - 1| <= 5%.
 """
 from __future__ import annotations
 
@@ -77,6 +79,8 @@ def preflight(backend: str) -> None:
             found = importlib.util.find_spec(mod) is not None
         except ModuleNotFoundError:
             found = False
+        if not found and mod == "cupy":
+            raise Failed("CuPy is missing: the GPU backend needs it (pip install cupy-cuda13x)")
         if not found:
             raise Failed(f"python package {pkg} is missing (install the carried wheels, e.g. "
                          "pip install --no-index --target /tmp/site .whl/*.whl, and put "
@@ -247,15 +251,21 @@ def roundtrip(module: str, db: str, job: int, rounds: int) -> dict:
         def export():
             tuned.launch(*xargs, size=size)
 
-        op.poison(state)
-        engine()
-        cp.cuda.Device().synchronize()
-        out_engine, err_engine = out.copy(), op.error(state)
-        op.poison(state)
-        export()
-        cp.cuda.Device().synchronize()
-        out_export, err_export = out.copy(), op.error(state)
+        def result(fn):
+            op.poison(state)
+            fn()
+            cp.cuda.Device().synchronize()
+            return out.copy(), op.error(state)
+
+        out_engine, err_engine = result(engine)
+        out_engine2, _ = result(engine)
+        out_export, err_export = result(export)
         identical = bool(cp.array_equal(out_engine, out_export))
+        # a kernel that accumulates with atomics in no fixed order (gemm_mma's split-K with
+        # SPLITK > 2) differs from itself run to run; then only the tolerance can be asked
+        repeatable = bool(cp.array_equal(out_engine, out_engine2))
+        rtol = tpl.rtol or op.rtol
+        agrees = identical or (not repeatable and err_engine <= rtol and err_export <= rtol)
         diff = float(cp.abs(from_bf16(out_engine) - from_bf16(out_export)).max())
         for fn in (engine, export, engine, export):     # warm-up (clocks, caches, module load)
             fn()
@@ -269,7 +279,10 @@ def roundtrip(module: str, db: str, job: int, rounds: int) -> dict:
                          if t.params == params for m in t.measurements
                          if tuple(m.size) == size), None)
         rows.append({"template": tpl.name, "size": list(size), "params": params,
-                     "bitwise_identical": identical, "max_abs_diff": diff,
+                     "bitwise_identical": identical, "engine_repeatable": repeatable,
+                     "outputs_agree": agrees, "comparison": "bitwise" if repeatable else
+                     f"within the op's tolerance {rtol:g} (the engine's own output varies run "
+                     "to run)", "max_abs_diff": diff,
                      "error_engine": err_engine, "error_export": err_export,
                      "engine_ms": engine_ms, "export_ms": export_ms,
                      "ratio_export_over_engine": export_ms / engine_ms,
@@ -365,7 +378,7 @@ def main() -> int:
             rows += res["rows"]
             rep.data.update(device)
             rep["rows"] = rows
-        bad = [r for r in rows if not r["bitwise_identical"]]
+        bad = [r for r in rows if not r["outputs_agree"]]
         slow = [r for r in rows if abs(r["ratio_export_over_engine"] - 1) > TOLERANCE]
         rep["wall_s"] = round(time.monotonic() - t_start, 1)
         rep["step"] = "done"
@@ -379,7 +392,8 @@ def main() -> int:
                          f"outside 1 +- {TOLERANCE})")
         rep["status"] = "ok"
         for r in rows:
-            print(f"{r['template']} {'x'.join(map(str, r['size']))}: identical output, export "
+            same = "identical output" if r["bitwise_identical"] else "output within tolerance"
+            print(f"{r['template']} {'x'.join(map(str, r['size']))}: {same}, export "
                   f"{r['export_ms']:.4f} ms / engine {r['engine_ms']:.4f} ms = "
                   f"{r['ratio_export_over_engine']:.3f}")
         return 0

@@ -92,6 +92,8 @@ def preflight(backend: str) -> None:
             found = importlib.util.find_spec(mod) is not None
         except ModuleNotFoundError:
             found = False
+        if not found and mod == "cupy":
+            raise Failed("CuPy is missing: the GPU backend needs it (pip install cupy-cuda13x)")
         if not found:
             raise Failed(f"python package {pkg} is missing (install the carried wheels, e.g. "
                          "pip install --no-index --target /tmp/site .whl/*.whl, and put "
