@@ -69,6 +69,54 @@ VARIANTS = {
                                         PERSIST=1, CLUSTER=2, EPI=1),
 }
 
+# Version 3 of the template: split-K and stream-K (SPLITK, STREAMK) and BN=64.
+_BEST = dict(BM=128, BN=256, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=16, PERSIST=1, CLUSTER=1,
+             EPI=1, SPLITK=1, STREAMK=0, SWAP=0)
+_SMALL = dict(BM=64, BN=128, BK=64, STAGES=6, CONSUMERS=1, GROUP_M=8, PERSIST=1, CLUSTER=1,
+              EPI=1, SPLITK=1, STREAMK=0, SWAP=0)
+VARIANTS.update({
+    "v3_best": _BEST,
+    "v3_best_sk": dict(_BEST, STREAMK=1),
+    "v3_best_sk_cl2": dict(_BEST, STREAMK=1, CLUSTER=2),
+    "v3_256x128_sk": dict(_BEST, BM=256, BN=128, STREAMK=1),
+    "v3_small_64x128": _SMALL,
+    "v3_small_64x128_k2": dict(_SMALL, SPLITK=2),
+    "v3_small_64x128_k4": dict(_SMALL, SPLITK=4),
+    "v3_small_64x128_k4_np": dict(_SMALL, SPLITK=4, PERSIST=0),
+    "v3_small_64x128_k8": dict(_SMALL, SPLITK=8),
+    "v3_small_64x64_k4": dict(_SMALL, BN=64, SPLITK=4),
+    "v3_small_64x256_k8": dict(_SMALL, BN=256, SPLITK=8, STAGES=4),
+    "v3_small_64x128_sk": dict(_SMALL, STREAMK=1),
+    "v3_small_128x128_k2": dict(_SMALL, BM=128, CONSUMERS=2, SPLITK=2, STAGES=5),
+    "v3_small_128x128_k4": dict(_SMALL, BM=128, CONSUMERS=2, SPLITK=4, STAGES=5),
+    "v3_small_128x128_sk": dict(_SMALL, BM=128, CONSUMERS=2, STREAMK=1, STAGES=5),
+    "v3_small_64x192_s6": dict(_SMALL, BN=192),
+    "v3_small_64x128_s8": dict(_SMALL, STAGES=8),
+    "v3_small_64x128_k2_s8": dict(_SMALL, STAGES=8, SPLITK=2),
+    "v3_small_64x64_k2_s8": dict(_SMALL, BN=64, STAGES=8, SPLITK=2),
+    "v3_small_64x128_sk_s8": dict(_SMALL, STAGES=8, STREAMK=1),
+    "v3_best_sk_g8": dict(_BEST, STREAMK=1, GROUP_M=8),
+    "v3_small_64x128_s10_e0": dict(_SMALL, STAGES=10, EPI=0),
+    "v3_swap_64x16_s8": dict(_SMALL, BN=16, SWAP=1, EPI=0, STAGES=8),
+    "v3_swap_64x16_s12": dict(_SMALL, BN=16, SWAP=1, EPI=0, STAGES=12),
+    "v3_swap_128x16_c2_s8": dict(_SMALL, BM=128, CONSUMERS=2, BN=16, SWAP=1, EPI=0, STAGES=8),
+    "v3_swap_128x16_c1_s8": dict(_SMALL, BM=128, BN=16, SWAP=1, EPI=0, STAGES=8),
+    "v3_swap_64x16_k2_s8": dict(_SMALL, BN=16, SWAP=1, EPI=0, STAGES=8, SPLITK=2),
+    "v3_swap_64x16_bk128_s6": dict(_SMALL, BN=16, SWAP=1, EPI=0, STAGES=6, BK=128),
+    "v3_swap_64x128_s6": dict(_SMALL, BN=128, SWAP=1, EPI=0, STAGES=6),
+    "v3_swap_64x64_s8": dict(_SMALL, BN=64, SWAP=1, EPI=0, STAGES=8),
+    "v3_swap_128x64_c2_s8": dict(_SMALL, BM=128, CONSUMERS=2, BN=64, SWAP=1, EPI=0, STAGES=8),
+    "v3_small_64x64_s12": dict(_SMALL, BN=64, STAGES=12),
+    "v3_small_64x128_bk128_s4": dict(_SMALL, BK=128, STAGES=4),
+    "v3_small_64x128_bk128_s5_e0": dict(_SMALL, BK=128, STAGES=5, EPI=0),
+    "v3_small_64x64_bk128_s6": dict(_SMALL, BN=64, BK=128, STAGES=6),
+    "v3_small_64x128_bk128_s4_k2": dict(_SMALL, BK=128, STAGES=4, SPLITK=2),
+    "v3_small_64x256_bk128_s3": dict(_SMALL, BN=256, BK=128, STAGES=3),
+    "v3_best_bk128_s2": dict(_BEST, BK=128, STAGES=2),
+    "v3_128x128_bk128_s3": dict(_BEST, BN=128, BK=128, STAGES=3),
+    "v3_128x256_c2_bk128_s2_cl2": dict(_BEST, BK=128, STAGES=2, CLUSTER=2),
+})
+
 SIZES = [(4096, 4096, 4096), (8192, 8192, 8192), (2999, 4001, 4104)]
 
 
@@ -168,7 +216,7 @@ def run(cubins: Path, reps: int, hang_s: float, out_dir: Path, only: list[str] |
 
         err_cublas = ((cublas().float() - ref).norm() / ref_norm).item()
         for n in names:
-            cfg = manifest[n]["config"]
+            cfg = {"SPLITK": 1, "STREAMK": 0, "SWAP": 0, **manifest[n]["config"]}   # v1/v2 variants
             size = (M, N, K)
             env = tpl.env(cfg, arch, size)
             bad = [cexpr.text for cexpr in tpl.constraints if not cexpr(env)]
@@ -187,9 +235,11 @@ def run(cubins: Path, reps: int, hang_s: float, out_dir: Path, only: list[str] |
                 rows_, cols_ = t.shape
                 maps.append(tma.encode_tiled_2d(t.data_ptr(), rows_, cols_, t.stride(0) * 2,
                                                 box[0], box[1], spec.swizzle))
+            ws_bytes = tpl.workspace_bytes(cfg, arch, size)
+            ws = torch.zeros(max(ws_bytes, 16), dtype=torch.uint8, device=dev)
             args = [ctypes.c_void_p(a.data_ptr()), ctypes.c_void_p(b.data_ptr()),
                     ctypes.c_void_p(c.data_ptr()), ctypes.c_int(M), ctypes.c_int(N),
-                    ctypes.c_int(K), ctypes.c_void_p(0), *maps]
+                    ctypes.c_int(K), ctypes.c_void_p(ws.data_ptr()), *maps]
             fn = funcs[n][1]
 
             def ours():
@@ -216,6 +266,9 @@ def run(cubins: Path, reps: int, hang_s: float, out_dir: Path, only: list[str] |
             res["rel_err"] = err
             res["rel_err_cublas"] = err_cublas
             ok = finite and err < 1e-2
+            if ws_bytes and bool(ws.any().item()):
+                ok = False
+                res["workspace_dirty"] = True
             if not ok:
                 res["status"] = "wrong_result"
                 # where is it wrong: first bad row/col
@@ -228,6 +281,19 @@ def run(cubins: Path, reps: int, hang_s: float, out_dir: Path, only: list[str] |
                 save()
                 print(f"{n} {M}x{N}x{K}: WRONG err={err:.3e} bad={res['bad_fraction']:.3f} "
                       f"first={idx}", flush=True)
+                continue
+            # a second launch must give the same answer (the workspace was left clean)
+            c.view(torch.int16).fill_(-1)
+            ours()
+            torch.cuda.synchronize()
+            out2 = c.float()
+            err2 = ((out2 - ref).norm() / ref_norm).item() \
+                if bool(torch.isfinite(out2).all().item()) else float("inf")
+            if err2 >= 1e-2:
+                res.update(status="wrong_result", second_launch_err=err2)
+                record["results"].append(res)
+                save()
+                print(f"{n} {M}x{N}x{K}: WRONG on the second launch err={err2:.3e}", flush=True)
                 continue
             # timing, interleaved
             for _ in range(3):

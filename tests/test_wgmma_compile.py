@@ -14,12 +14,21 @@ from porter.template import find_template
 SM90A = ARCHS["sm_90a"]
 
 CONFIGS = [
-    dict(BM=128, BN=128, BK=64, STAGES=4, CONSUMERS=1, GROUP_M=8, PERSIST=0, CLUSTER=1, EPI=0),
-    dict(BM=128, BN=256, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=8, PERSIST=1, CLUSTER=1, EPI=0),
-    dict(BM=256, BN=128, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=8, PERSIST=1, CLUSTER=1, EPI=0),
-    dict(BM=128, BN=192, BK=64, STAGES=5, CONSUMERS=2, GROUP_M=8, PERSIST=0, CLUSTER=1, EPI=0),
-    dict(BM=128, BN=256, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=8, PERSIST=1, CLUSTER=2, EPI=1),
+    dict(BM=128, BN=128, BK=64, STAGES=4, CONSUMERS=1, GROUP_M=8, PERSIST=0, CLUSTER=1, EPI=0, SPLITK=1, STREAMK=0, SWAP=0),
+    dict(BM=128, BN=256, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=8, PERSIST=1, CLUSTER=1, EPI=0, SPLITK=1, STREAMK=0, SWAP=0),
+    dict(BM=256, BN=128, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=8, PERSIST=1, CLUSTER=1, EPI=0, SPLITK=1, STREAMK=0, SWAP=0),
+    dict(BM=128, BN=192, BK=64, STAGES=5, CONSUMERS=2, GROUP_M=8, PERSIST=0, CLUSTER=1, EPI=0, SPLITK=1, STREAMK=0, SWAP=0),
+    dict(BM=128, BN=256, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=8, PERSIST=1, CLUSTER=2, EPI=1, SPLITK=1, STREAMK=0, SWAP=0),
+    dict(BM=128, BN=256, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=16, PERSIST=1, CLUSTER=1, EPI=1,
+         SPLITK=1, STREAMK=1, SWAP=0),
+    dict(BM=64, BN=128, BK=64, STAGES=8, CONSUMERS=1, GROUP_M=8, PERSIST=1, CLUSTER=1, EPI=1,
+         SPLITK=4, STREAMK=0, SWAP=0),
+    dict(BM=64, BN=16, BK=64, STAGES=8, CONSUMERS=1, GROUP_M=8, PERSIST=1, CLUSTER=1, EPI=0,
+         SPLITK=1, STREAMK=0, SWAP=1),
+    dict(BM=64, BN=16, BK=128, STAGES=6, CONSUMERS=1, GROUP_M=8, PERSIST=1, CLUSTER=1, EPI=0,
+         SPLITK=2, STREAMK=0, SWAP=1),
 ]
+SMALL = (16, 8192, 8192)
 
 
 @pytest.fixture
@@ -50,6 +59,26 @@ def test_space_loads_and_declares_hopper_features():
     assert L.smem <= SM90A.smem_per_block
     L = tpl.launch(CONFIGS[0], SM90A, (4096, 4096, 4096))
     assert L.block == (256, 1, 1) and L.grid == (32 * 32, 1, 1)
+    assert tpl.workspace_bytes(CONFIGS[1], SM90A, (4096, 4096, 4096)) == 0
+
+
+def test_split_geometry_and_workspace():
+    tpl = find_template("gemm_wgmma")
+    sk, split = CONFIGS[5], CONFIGS[6]
+    # stream-K takes every SM; its workspace is two partial tiles per CTA plus a counter per tile
+    L = tpl.launch(sk, SM90A, (4096, 4096, 4096))
+    assert L.grid == (132, 1, 1)
+    assert tpl.workspace_bytes(sk, SM90A, (4096, 4096, 4096)) == 2 * 132 * 128 * 256 * 4 + 512 * 4
+    # split-K multiplies the work units (64 tiles x 4 parts), the persistent grid caps them
+    L = tpl.launch(split, SM90A, SMALL)
+    assert L.grid == (132, 1, 1)
+    assert tpl.launch({**split, "PERSIST": 0}, SM90A, SMALL).grid == (64 * 4, 1, 1)
+    assert tpl.workspace_bytes(split, SM90A, SMALL) == 64 * 4 * 64 * 128 * 4 + 64 * 4
+    # swapped: tiles run over N (rows, BM) and M (columns, BN); A's box spans BN rows, B's BM
+    swap = CONFIGS[7]
+    assert tpl.launch(swap, SM90A, SMALL).grid == (128, 1, 1)           # 8192 / 64 x 16 / 16
+    env = tpl.env(swap, SM90A, SMALL)
+    assert [[int(e(env)) for e in tm.box] for tm in tpl.tensor_maps] == [[64, 16], [64, 64]]
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_100a", "sm_90"])
@@ -64,13 +93,31 @@ def test_refuses_architectures_without_wgmma(arch):
 
 def test_constraints_reject_oversized_configs():
     tpl = find_template("gemm_wgmma")
-    base = dict(BM=128, BN=256, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=8, PERSIST=1, CLUSTER=1, EPI=0)
+    base = dict(BM=128, BN=256, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=8, PERSIST=1, CLUSTER=1, EPI=0,
+                SPLITK=1, STREAMK=0, SWAP=0)
     assert _feasible(tpl, {**base, "EPI": 1})                    # 4 stages + 2 x 16 KB staging
     assert _feasible(tpl, base)
     assert not _feasible(tpl, {**base, "STAGES": 5})             # 240 KB of smem
     assert not _feasible(tpl, {**base, "CONSUMERS": 1})          # 256 accumulators / thread
     assert not _feasible(tpl, {**base, "BM": 64})                # 32 rows per consumer
     assert not _feasible(tpl, base, size=(4096, 4096, 4100))     # K pitch not 16-byte aligned
+    # split-K only where the tiles cannot fill the SMs, and K must divide into the splits
+    assert not _feasible(tpl, {**base, "SPLITK": 2})                     # 512 tiles at 4096^3
+    small = {**base, "BM": 64, "BN": 128, "CONSUMERS": 1, "SPLITK": 4}
+    assert _feasible(tpl, small, size=SMALL)
+    assert not _feasible(tpl, small, size=(16, 8192, 8192 + 64))         # K % (64 * 4) != 0
+    # stream-K: persistent only, never with split-K, and not where the tiles fill whole waves
+    assert _feasible(tpl, {**base, "STREAMK": 1})                        # 512 tiles, 132 SMs
+    assert not _feasible(tpl, {**base, "STREAMK": 1, "PERSIST": 0})
+    assert not _feasible(tpl, {**small, "STREAMK": 1}, size=SMALL)
+    assert not _feasible(tpl, {**base, "STREAMK": 1}, size=(128 * 132, 256, 4096))
+    assert not _feasible(tpl, {**base, "STREAMK": 1, "CLUSTER": 2})     # it spills
+    # swapped operands (C^T = B A^T): small M only, plain epilogue, no cluster; BN < 64 only so
+    swap = {**base, "BM": 64, "BN": 16, "CONSUMERS": 1, "SWAP": 1}
+    assert _feasible(tpl, swap, size=SMALL)
+    assert not _feasible(tpl, swap)                                      # M = 4096
+    assert not _feasible(tpl, {**swap, "EPI": 1}, size=SMALL)
+    assert not _feasible(tpl, {**swap, "SWAP": 0}, size=SMALL)          # BN = 16 unswapped
     n = sum(1 for c in tpl.iter_configs() if _feasible(tpl, c))
     assert 20 <= n < tpl.space_size()
 
@@ -78,7 +125,8 @@ def test_constraints_reject_oversized_configs():
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: ",".join(map(str, c.values())))
 def test_compiles_for_sm90a_without_spills(cache, config):
     tpl = find_template("gemm_wgmma")
-    assert _feasible(tpl, config)
+    small = config["SPLITK"] > 1 or config["SWAP"]
+    assert _feasible(tpl, config, size=SMALL if small else (4096, 4096, 4096))
     res = compile_variant(tpl, config, SM90A, use_cache=False)
     assert res.ok, res.log
     r = res.resources

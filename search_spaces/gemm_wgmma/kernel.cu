@@ -13,6 +13,15 @@
 // multicasts it into both, and each consumer warp frees a stage in both CTAs.
 // PERSIST=1: grid of at most one CTA per SM striding over tiles, so the producer prefetches the
 // next tile while the consumers run their epilogue. Tiles are rastered in groups of GROUP_M rows.
+// Work items (Sched below) are a tile and a range of k-tiles. SPLITK > 1 cuts every tile's K
+// into SPLITK equal ranges (small M: more CTAs than tiles). STREAMK=1 keeps whole tiles for all
+// but the last one to two waves and deals those out as equal runs of k-tiles over every CTA, so
+// no SM idles in a ragged last wave. A tile computed in parts is reduced in the workspace
+// (fp32 partial tiles, then one u32 counter per tile): every part counts itself in first; all
+// but the last store their accumulators (16-byte stores) and count themselves as stored; the
+// last waits for those stores (their CTAs have counted in, so they are running and never wait),
+// adds them to its own accumulators, writes C and leaves zeros behind (the workspace is zero
+// between launches).
 #include "porter.cuh"
 
 struct alignas(64) CUtensorMap { uint64_t opaque[16]; };
@@ -44,12 +53,33 @@ struct alignas(64) CUtensorMap { uint64_t opaque[16]; };
 #ifndef EPI
 #define EPI 1          // 0: stores straight from registers; 1: staged through smem, 16-byte stores
 #endif
+#ifndef SPLITK
+#define SPLITK 1       // >1: each tile's K range is cut into SPLITK parts, reduced in the workspace
+#endif
+#ifndef SWAP
+#define SWAP 0         // 1: compute C^T = B A^T: B's rows fill wgmma's M=64, the small M becomes
+#endif                 // wgmma's N (16, 32, ...), for decode-sized M without 4x wasted MMAs
+#if SWAP && (CLUSTER != 1 || EPI != 0)
+#error "SWAP needs CLUSTER=1 and EPI=0"
+#endif
+#ifndef STREAMK
+#define STREAMK 0      // 1 (persistent only): the last one to two waves of tiles are shared out
+#endif                 // in equal runs of k-tiles (stream-K), partial tiles reduced in the workspace
+#if STREAMK && (!PERSIST || SPLITK != 1)
+#error "STREAMK needs PERSIST=1 and SPLITK=1"
+#endif
 #if CLUSTER != 1 && CLUSTER != 2
 #error "CLUSTER must be 1 or 2"
 #endif
 
-#if BK != 64
-#error "BK must be 64 (one 128-byte swizzle row of bf16)"
+// A stage holds BK / 64 sub-tiles of 64 bf16 along K per operand (one 128-byte swizzle row
+// each, one TMA box each): BK=128 reads 256 contiguous bytes of every row per stage, which the
+// memory-bound small-M shapes like.
+#define KSUB (BK / 64)
+#define A_SUB_BYTES (BM * 128)
+#define B_SUB_BYTES (BN * 128)
+#if BK != 64 && BK != 128
+#error "BK must be 64 or 128"
 #endif
 
 #define THREADS (128 * (CONSUMERS + 1))
@@ -167,6 +197,26 @@ __device__ __forceinline__ void fence_regs(float* d) {
 }
 
 // ---- wgmma m64nNk16, bf16 x bf16 -> f32, A and B from shared memory (generated text) ----
+__device__ __forceinline__ void wgmma_m64n16k16(float* d, uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7"
+      "}, %8, %9, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+      : "l"(da), "l"(db), "n"(1));
+}
+
+__device__ __forceinline__ void wgmma_m64n32k16(float* d, uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+      "}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "l"(da), "l"(db), "n"(1));
+}
+
 __device__ __forceinline__ void wgmma_m64n64k16(float* d, uint64_t da, uint64_t db) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
@@ -260,7 +310,11 @@ __device__ __forceinline__ void wgmma_m64n256k16(float* d, uint64_t da, uint64_t
 }
 
 __device__ __forceinline__ void wgmma_tile(float* d, uint64_t da, uint64_t db) {
-#if BN == 64
+#if BN == 16
+  wgmma_m64n16k16(d, da, db);
+#elif BN == 32
+  wgmma_m64n32k16(d, da, db);
+#elif BN == 64
   wgmma_m64n64k16(d, da, db);
 #elif BN == 128
   wgmma_m64n128k16(d, da, db);
@@ -269,7 +323,7 @@ __device__ __forceinline__ void wgmma_tile(float* d, uint64_t da, uint64_t db) {
 #elif BN == 256
   wgmma_m64n256k16(d, da, db);
 #else
-#error "BN must be 64, 128, 192 or 256"
+#error "BN must be 16, 32, 64, 128, 192 or 256"
 #endif
 }
 
@@ -292,6 +346,94 @@ __device__ __forceinline__ void release_stage(uint32_t bar) {
 #endif
 }
 
+// One unit of work: k-tiles [kb, ke) of tile `tile`. Sched::parts/first/me/slot say how the
+// tile is shared (recomputed after the main loop rather than kept in registers through it).
+struct Work { int tile, kb, ke; };
+
+// The work items of one CTA (cluster), the same sequence for its producer and its consumers.
+struct Sched {
+  // Which k-tiles of which tile a CTA (cluster) works on next, as a pure function of how many it
+  // has had (a stateful "next item" made ptxas move the accumulators to the stack).
+  static __device__ __forceinline__ int ncl() { return gridDim.x / CLUSTER; }
+  static __device__ __forceinline__ int cid() { return blockIdx.x / CLUSTER; }
+  // tiles (split-K: units) below dp_end are whole-tile items dealt out round robin; stream-K
+  // keeps all but the last one to two waves so
+  static __device__ __forceinline__ int dp_end(int ntiles) {
+    if (!STREAMK) return ntiles * SPLITK;
+    const int waves = ntiles / ncl();
+    return (ntiles % ncl() == 0) ? ntiles : (waves >= 2 ? (waves - 1) * ncl() : 0);
+  }
+  // stream-K: the k-tiles of the remaining tiles, in runs of sk_len per CTA
+  static __device__ __forceinline__ int sk_len(int ntiles, int kt_n) {
+    return ((ntiles - dp_end(ntiles)) * kt_n + ncl() - 1) / ncl();
+  }
+
+  // The item that starts at this CTA's k-tile count `it` (k-tiles it has already been given):
+  // nothing but `it`, which the main loops keep anyway, has to live across them.
+  static __device__ __forceinline__ bool at(int it, Work& w, int ntiles, int kt_n) {
+    const int dp = dp_end(ntiles);
+    const int n_dp = PERSIST ? (cid() < dp ? (dp - cid() + ncl() - 1) / ncl() : 0)
+                             : (cid() < dp ? 1 : 0);
+    const int per = kt_n / SPLITK;      // the space requires K % (BK * SPLITK) == 0
+    const int i = it / per;
+    if (i < n_dp) {
+      const int u = cid() + i * ncl();
+      w.tile = u / SPLITK;
+      w.kb = (u % SPLITK) * per;
+      w.ke = w.kb + per;
+      return true;
+    }
+    if (!STREAMK) return false;
+    const int total = (ntiles - dp) * kt_n, len = sk_len(ntiles, kt_n);
+    const int b = min(total, cid() * len), e = min(total, b + len);
+    const int start = b + (it - n_dp * per);
+    if (start >= e) return false;
+    w.tile = dp + start / kt_n;
+    w.kb = start % kt_n;
+    w.ke = min(kt_n, w.kb + (e - start));
+    return true;
+  }
+
+  // w's tile among the split ones (stream-K: counted from dp_end)
+  static __device__ __forceinline__ int t(const Work& w, int ntiles) {
+    return STREAMK ? w.tile - dp_end(ntiles) : w.tile;
+  }
+  // w's tile is computed in parts first .. first + parts - 1
+  static __device__ __forceinline__ int first(const Work& w, int ntiles, int kt_n) {
+    return STREAMK ? t(w, ntiles) * kt_n / sk_len(ntiles, kt_n) : 0;
+  }
+  static __device__ __forceinline__ int parts(const Work& w, int ntiles, int kt_n) {
+#if STREAMK
+    if (w.tile < dp_end(ntiles)) return 1;
+    return (t(w, ntiles) * kt_n + kt_n - 1) / sk_len(ntiles, kt_n) - first(w, ntiles, kt_n) + 1;
+#else
+    return SPLITK;
+#endif
+  }
+  // This CTA's part number of w's tile: stream-K, its CTA (cluster) index; split-K, its K range.
+  static __device__ __forceinline__ int me(const Work& w, int kt_n) {
+#if STREAMK
+    return cid();
+#else
+    return w.kb / (kt_n / SPLITK);
+#endif
+  }
+  // Workspace slot (partial tile) of part `who` of w's tile. Stream-K: a CTA has at most two
+  // split items, the one holding the start of its run (slot 2 * who) and the one holding its
+  // end (2 * who + 1).
+  static __device__ __forceinline__ int slot(const Work& w, int who, int ntiles, int kt_n) {
+#if STREAMK
+    return 2 * who + ((who * sk_len(ntiles, kt_n)) / kt_n == t(w, ntiles) ? 0 : 1);
+#else
+    return w.tile * SPLITK + who;
+#endif
+  }
+};
+
+__device__ __forceinline__ void consumers_sync() {
+  asm volatile("bar.sync 8, %0;" :: "n"(128 * CONSUMERS) : "memory");
+}
+
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 gemm_wgmma(const bf16_t* __restrict__ A, const bf16_t* __restrict__ B, bf16_t* __restrict__ C,
            int M, int N, int K, void* workspace,
@@ -301,7 +443,10 @@ gemm_wgmma(const bf16_t* __restrict__ A, const bf16_t* __restrict__ B, bf16_t* _
   const uint32_t sA = base;
   const uint32_t sB = base + STAGES * A_TILE_BYTES;
   const uint32_t bars = sB + STAGES * B_TILE_BYTES;   // full[STAGES], empty[STAGES]
-  const uint32_t sC = (bars + 16 * STAGES + 127u) & ~127u;   // EPI=1 staging, per consumer
+  const uint32_t flag = bars + 16 * STAGES;            // split tiles: "this part came last"
+  const uint32_t sC = (flag + 4 + 127u) & ~127u;       // EPI=1 staging, per consumer
+  (void)flag;
+  (void)sC;
 
   const int wg = threadIdx.x / 128;
   const int tid = threadIdx.x % 128;
@@ -319,23 +464,22 @@ gemm_wgmma(const bf16_t* __restrict__ A, const bf16_t* __restrict__ B, bf16_t* _
   // The CLUSTER CTAs of a cluster take CLUSTER vertically adjacent tiles (same tn) and share the
   // B tile: each loads 1/CLUSTER of it and multicasts it to all of them.
   const uint32_t crank = cluster_rank();
-  const int cid = blockIdx.x / CLUSTER, ncl = gridDim.x / CLUSTER;
 #else
   __syncthreads();
   const uint32_t crank = 0;
-  const int cid = blockIdx.x, ncl = gridDim.x;
 #endif
 
   // Tiles are counted in cluster units: a unit is CLUSTER tiles stacked along M.
-  const int tiles_m = (M + BM * CLUSTER - 1) / (BM * CLUSTER);
-  const int tiles_n = (N + BN - 1) / BN;
+  // Tile rows run over MR (wgmma's M), tile columns over NC: C's rows and columns, or with
+  // SWAP its columns and rows (the operands swap roles: B's rows fill the tile rows).
+  const int MR = SWAP ? N : M, NC = SWAP ? M : N;
+  const CUtensorMap* mapR = SWAP ? &tmB : &tmA;
+  const CUtensorMap* mapC = SWAP ? &tmA : &tmB;
+  const int tiles_m = (MR + BM * CLUSTER - 1) / (BM * CLUSTER);
+  const int tiles_n = (NC + BN - 1) / BN;
   const int ntiles = tiles_m * tiles_n;
   const int kt_n = (K + BK - 1) / BK;
-#if PERSIST
-  const int tile0 = cid, tile_step = ncl;
-#else
-  const int tile0 = cid, tile_step = ntiles;   // one tile (unit) per CTA (cluster)
-#endif
+  Work w;
 
   if (wg == 0) {
     // ------------------------------------------------------------------ producer
@@ -344,23 +488,29 @@ gemm_wgmma(const bf16_t* __restrict__ A, const bf16_t* __restrict__ B, bf16_t* _
       tma_prefetch_desc(&tmA);
       tma_prefetch_desc(&tmB);
       uint32_t it = 0;
-      for (int tile = tile0; tile < ntiles; tile += tile_step) {
+      while (Sched::at(it, w, ntiles, kt_n)) {
         int tm, tn;
-        tile_coords(tile, tiles_m, tiles_n, tm, tn);
+        tile_coords(w.tile, tiles_m, tiles_n, tm, tn);
         tm = tm * CLUSTER + crank;
-        for (int kt = 0; kt < kt_n; ++kt, ++it) {
+        for (int kt = w.kb; kt < w.ke; ++kt, ++it) {
           const uint32_t s = it % STAGES;
           const uint32_t ph = (it / STAGES) & 1;
           mbar_wait(bars + 8 * (STAGES + s), ph ^ 1);
           const uint32_t full = bars + 8 * s;
           mbar_expect_tx(full, STAGE_BYTES);
-          tma_load_2d(sA + s * A_TILE_BYTES, &tmA, full, kt * BK, tm * BM);
+#pragma unroll
+          for (int j = 0; j < KSUB; ++j) {
+            tma_load_2d(sA + s * A_TILE_BYTES + j * A_SUB_BYTES, mapR, full, kt * BK + 64 * j,
+                        tm * BM);
 #if CLUSTER > 1
-          tma_load_2d_mc(sB + s * B_TILE_BYTES + crank * (B_TILE_BYTES / CLUSTER), &tmB, full,
-                         kt * BK, tn * BN + crank * (BN / CLUSTER), (uint16_t)((1 << CLUSTER) - 1));
+            tma_load_2d_mc(sB + s * B_TILE_BYTES + j * B_SUB_BYTES + crank * (B_SUB_BYTES / CLUSTER),
+                           mapC, full, kt * BK + 64 * j, tn * BN + crank * (BN / CLUSTER),
+                           (uint16_t)((1 << CLUSTER) - 1));
 #else
-          tma_load_2d(sB + s * B_TILE_BYTES, &tmB, full, kt * BK, tn * BN);
+            tma_load_2d(sB + s * B_TILE_BYTES + j * B_SUB_BYTES, mapC, full, kt * BK + 64 * j,
+                        tn * BN);
 #endif
+          }
         }
       }
     }
@@ -371,9 +521,11 @@ gemm_wgmma(const bf16_t* __restrict__ A, const bf16_t* __restrict__ B, bf16_t* _
     const int warp = tid / 32, lane = tid % 32;
     float acc[MT][BN / 2];
     uint32_t it = 0;
-    for (int tile = tile0; tile < ntiles; tile += tile_step) {
+    // (this loop form, and not `while (at(...))`, is the one ptxas keeps the accumulators of
+    // every configuration in registers for, without serializing the wgmmas)
+    for (bool more = Sched::at(it, w, ntiles, kt_n); more; more = Sched::at(it, w, ntiles, kt_n)) {
       int tm, tn;
-      tile_coords(tile, tiles_m, tiles_n, tm, tn);
+      tile_coords(w.tile, tiles_m, tiles_n, tm, tn);
       tm = tm * CLUSTER + crank;
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
@@ -383,24 +535,25 @@ gemm_wgmma(const bf16_t* __restrict__ A, const bf16_t* __restrict__ B, bf16_t* _
       for (int mt = 0; mt < MT; ++mt) fence_regs<BN / 2>(acc[mt]);
 
       uint32_t prev = 0;
-      for (int kt = 0; kt < kt_n; ++kt, ++it) {
+      for (int kt = w.kb; kt < w.ke; ++kt, ++it) {
         const uint32_t s = it % STAGES;
         const uint32_t ph = (it / STAGES) & 1;
         mbar_wait(bars + 8 * s, ph);
-        const uint32_t a0 = sA + s * A_TILE_BYTES + c * (WM * BK * 2);
+        const uint32_t a0 = sA + s * A_TILE_BYTES + c * (WM * 128);
         const uint32_t b0 = sB + s * B_TILE_BYTES;
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < BK / 16; ++kk) {
-          const uint64_t db = smem_desc(b0 + kk * 32);
+          const int j = kk / 4, k16 = kk % 4;     // sub-tile, 16-wide step inside it
+          const uint64_t db = smem_desc(b0 + j * B_SUB_BYTES + k16 * 32);
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt)
-            wgmma_tile(acc[mt], smem_desc(a0 + mt * (64 * BK * 2) + kk * 32), db);
+            wgmma_tile(acc[mt], smem_desc(a0 + j * A_SUB_BYTES + mt * (64 * 128) + k16 * 32), db);
         }
         wgmma_commit();
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) fence_regs<BN / 2>(acc[mt]);
-        if (kt > 0) {
+        if (kt > w.kb) {
           wgmma_wait<1>();
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt) fence_regs<BN / 2>(acc[mt]);
@@ -413,8 +566,88 @@ gemm_wgmma(const bf16_t* __restrict__ A, const bf16_t* __restrict__ B, bf16_t* _
       for (int mt = 0; mt < MT; ++mt) fence_regs<BN / 2>(acc[mt]);
       if (lane == 0) release_stage(bars + 8 * (STAGES + prev));
 
-      // -------------------------------------------------------------- epilogue
       const int col0 = tn * BN + (lane % 4) * 2;
+#if SPLITK > 1 || STREAMK
+      const int parts = Sched::parts(w, ntiles, kt_n);
+      if (parts > 1) {
+        // ---------------------------------------------------------- a tile in parts
+        // Count in first: the part that counts last keeps its accumulators and adds the
+        // others' partial tiles once they are stored; the others store and leave.
+        const int tiles_mc = tiles_m * CLUSTER;
+        const int ctile = tm * tiles_n + tn;
+        const size_t nslots = STREAMK ? 2 * (size_t)gridDim.x : (size_t)ntiles * SPLITK * CLUSTER;
+        float4* slots = reinterpret_cast<float4*>(workspace);
+        uint32_t* counter = reinterpret_cast<uint32_t*>(workspace) + nslots * (BM * BN) + ctile;
+        (void)tiles_mc;
+        const size_t lane_off = (size_t)c * (MT * (BN / 8) * 128) + tid;   // float4 units
+        if (threadIdx.x == 128) {
+          const uint32_t arrived = atomicAdd(counter, 1u) & 0xFFFFu;
+          const uint32_t last = arrived == (uint32_t)(parts - 1);
+          asm volatile("st.shared.u32 [%0], %1;" :: "r"(flag), "r"(last) : "memory");
+        }
+        consumers_sync();
+        uint32_t last;
+        asm volatile("ld.shared.u32 %0, [%1];" : "=r"(last) : "r"(flag) : "memory");
+        if (!last) {
+          float4* dst = slots + (size_t)(Sched::slot(w, Sched::me(w, kt_n), ntiles, kt_n) * CLUSTER + crank) * (BM * BN / 4) +
+                        lane_off;
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int j = 0; j < BN / 8; ++j)
+              __stcg(dst + (size_t)(mt * (BN / 8) + j) * 128,
+                     make_float4(acc[mt][4 * j], acc[mt][4 * j + 1], acc[mt][4 * j + 2],
+                                 acc[mt][4 * j + 3]));
+          __threadfence();
+          consumers_sync();   // also: nobody reads `flag` any more
+          if (threadIdx.x == 128) atomicAdd(counter, 0x10000u);   // "stored"
+          continue;
+        }
+        if (threadIdx.x == 128) {
+          // the others have counted in, so they are running and will store without waiting
+          uint32_t v;
+          do {
+            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(counter) : "memory");
+          } while ((v >> 16) != (uint32_t)(parts - 1));
+          *counter = 0u;   // every part has been counted: the tile is done with it
+        }
+        consumers_sync();
+        const int me = Sched::me(w, kt_n);
+        const int first = Sched::first(w, ntiles, kt_n);
+        for (int q = first; q < first + parts; ++q) {
+          if (q == me) continue;
+          float4* src = slots + (size_t)(Sched::slot(w, q, ntiles, kt_n) * CLUSTER + crank) * (BM * BN / 4) +
+                        lane_off;
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int j = 0; j < BN / 8; ++j) {
+              float4* pq = src + (size_t)(mt * (BN / 8) + j) * 128;
+              const float4 v = __ldcg(pq);
+              __stcg(pq, make_float4(0.f, 0.f, 0.f, 0.f));   // leave the workspace as found
+              acc[mt][4 * j] += v.x;
+              acc[mt][4 * j + 1] += v.y;
+              acc[mt][4 * j + 2] += v.z;
+              acc[mt][4 * j + 3] += v.w;
+            }
+        }
+      }
+#endif
+
+      // -------------------------------------------------------------- epilogue
+#if SWAP
+      // tile rows are C's columns: element (r, col) of the tile is C[col][r]
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        const int row = tm * BM + c * WM + mt * 64 + warp * 16 + lane / 4;
+#pragma unroll
+        for (int i = 0; i < BN / 2; ++i) {
+          const int r = row + 8 * ((i / 2) % 2);
+          const int col = col0 + (i / 4) * 8 + (i % 2);
+          if (r < N && col < M) C[(size_t)col * N + r] = float_to_bf16(acc[mt][i]);
+        }
+      }
+#else
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
         const int row = tm * BM + c * WM + mt * 64 + warp * 16 + lane / 4;
@@ -485,6 +718,7 @@ gemm_wgmma(const bf16_t* __restrict__ A, const bf16_t* __restrict__ B, bf16_t* _
           }
         }
       }
+#endif
     }
   }
 #if CLUSTER > 1
