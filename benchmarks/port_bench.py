@@ -84,6 +84,10 @@ def main():
     ap.add_argument("--only", default="gemm_mma,rmsnorm,planted")
     ap.add_argument("--trials", type=int, default=None)
     ap.add_argument("--sampler", default="auto")
+    ap.add_argument("--sizes", default=None, help="comma-separated sizes instead of the job's")
+    ap.add_argument("--finalists", type=int, default=3,
+                    help="re-time this many of the fastest configurations side by side and "
+                         "report the best ratio among them")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -92,7 +96,9 @@ def main():
     print(f"device-to-device copy: {bw:.0f} GB/s", flush=True)
     table = []
     for name in args.only.split(","):
-        cfg = JOBS[name]
+        cfg = dict(JOBS[name])
+        if args.sizes:
+            cfg["sizes"] = args.sizes.split(",")
         groups = [[s] for s in cfg["sizes"]] if cfg.get("per_shape") else [cfg["sizes"]]
         records = []
         for sizes in groups:
@@ -125,14 +131,23 @@ def run_job(name, cfg, sizes, args, store, out, bw, table):
              "compile_core_s": summary.compile_s, "trials": len(trials)}
     records = []
     for size in spec.sizes:
-        cands = [t for t in trials if t.status == "measured"]
-        best = min(cands, key=lambda t: next(m.ours_ms for m in t.measurements
-                                             if m.size == tuple(size)), default=None)
-        if best is None:
+        def ms(t):
+            return next((m.ours_ms for m in t.measurements if m.size == tuple(size)),
+                        float("inf"))
+        cands = sorted((t for t in trials if t.status == "measured"), key=ms)
+        # The tuning run's timings carry a percent or two of noise, so the fastest few are timed
+        # again side by side with the baseline, and the best of those is the result.
+        finals = []
+        for t in cands[:max(1, args.finalists)]:
+            r, _ = side_by_side(tpl, arch, t.params, size)
+            if r is not None:
+                finals.append((r, t))
+        if not finals:
             continue
-        res, _ = side_by_side(tpl, arch, best.params, size)
-        if res is None:
-            continue
+        res, best = max(finals, key=lambda f: f[0]["ratio"])
+        res = {**res, "finalists": [{"params": t.params, "tuning_ms": ms(t),
+                                     "ratio": r["ratio"], "ours_ms": r["ours_ms"]}
+                                    for r, t in finals]}
         rec = {"template": name, "arch": arch.name, "gpu": dev.get("gpu", ""),
                "driver": dev.get("driver", ""), "date": datetime.date.today().isoformat(),
                "shape": list(size), "params": best.params, **res,
