@@ -92,10 +92,9 @@ class Engine:
         best = min((t for t in done.values() if t.objective is not None),
                    key=lambda t: t.objective, default=None)
         store.set_job_status(job_id, "running")
-        # the template's default (each parameter's first value) is tried right after any
-        # warm-start configurations: authors list the value they expect to win first
-        default = {n: v[0] for n, v in tpl.params.items()}
-        searcher = self.searcher(job_id, spec, [*warm_start, default])
+        # the template's default (each parameter's first value) and its [[seeds]] are tried right
+        # after any warm-start configurations: authors list what they expect to win first
+        searcher = self.searcher(job_id, spec, [*warm_start, *tpl.start_configs()])
         sizes = list(spec.sizes)
         deadline = t_start + spec.minutes * 60 if spec.minutes else None
         budget = spec.trials if spec.trials else (None if deadline else 100)

@@ -23,7 +23,7 @@ INCLUDE_DIR = Path(__file__).resolve().parent / "include"
 _INCLUDE_RE = re.compile(r'^\s*#\s*include\s*(.*)$', re.M)
 
 _TOP_KEYS = {"template", "sizes", "params", "constraints", "launch", "metrics", "verify",
-             "tensor_maps", "resources"}
+             "tensor_maps", "resources", "seeds"}
 _TEMPLATE_KEYS = {"name", "op", "version", "source", "kernel", "requires", "archs",
                   "description", "options"}
 
@@ -73,12 +73,20 @@ class Template:
     tensor_maps: tuple[TensorMapSpec, ...] = ()
     rtol: float | None = None
     allow_spills: bool = False
+    seeds: tuple = ()                              # [[seeds]]: known-good partial configurations
     source_hash: str = field(default="", compare=False)
 
     # ---- parameters and configurations -------------------------------------------------
     @property
     def param_names(self) -> tuple[str, ...]:
         return tuple(self.params)
+
+    def start_configs(self) -> list[dict[str, Any]]:
+        """What a search tries first: the default (every parameter's first value), then each
+        [[seeds]] table with the default filling the parameters it leaves out. Infeasible ones
+        are skipped by the search."""
+        default = {n: v[0] for n, v in self.params.items()}
+        return [default, *({**default, **seed} for seed in self.seeds)]
 
     def space_size(self) -> int:
         n = 1
@@ -237,6 +245,18 @@ def load_template(folder: str | Path) -> Template:
                                    swizzle=int(tm.get("swizzle", 128))))
     verify = raw.get("verify", {})
     resources = raw.get("resources", {})
+    seeds = raw.get("seeds", [])
+    if not isinstance(seeds, list) or not all(isinstance(x, dict) for x in seeds):
+        raise TemplateError(f"template {name!r}: seeds must be [[seeds]] tables of parameter "
+                            "values")
+    for i, seed in enumerate(seeds):
+        for k, v in seed.items():
+            if k not in params:
+                raise TemplateError(f"template {name!r}: seed {i + 1} names {k!r}, which is not "
+                                    "a parameter")
+            if v not in params[k]:
+                raise TemplateError(f"template {name!r}: seed {i + 1} sets {k} = {v!r}, which is "
+                                    f"not one of its values {list(params[k])}")
 
     tpl = Template(
         name=name, folder=folder, op=str(t["op"]), version=str(t.get("version", "1")),
@@ -250,6 +270,7 @@ def load_template(folder: str | Path) -> Template:
                                                          "launch.cluster", 3),
         workspace=Expr(launch.get("workspace", 0)), metrics=metrics, tensor_maps=tuple(tmaps),
         rtol=verify.get("rtol"), allow_spills=bool(resources.get("allow_spills", False)),
+        seeds=tuple(dict(x) for x in seeds),
         source_hash=hashlib.sha256((source + repr(raw)).encode()).hexdigest()[:16],
     )
     defaults = tuple(tpl.parse_size(s) for s in sizes.get("default", []))

@@ -95,3 +95,36 @@ def test_replayed_gemm_mma_port_finds_good_configs(store):
     assert len([t for t in trials if t.status != "infeasible"]) == 40
     measured = [t for t in trials if t.status == "measured"]
     assert measured and all(t.measurements[0].ratio > 0 for t in measured)
+
+
+def test_seed_configurations_are_tried_first(store, tmp_path):
+    """[[seeds]] tables (partial configurations, the default fills the rest) are proposed right
+    after the default, before the sampler's own picks; an infeasible seed is skipped."""
+    import shutil
+    folder = tmp_path / "seeded"
+    shutil.copytree(PLANTED, folder)
+    with open(folder / "space.toml", "a") as f:
+        f.write('\n[constraints]\nlist = ["MODE != 1"]\n'
+                '\n[[seeds]]\nMODE = 3\n\n[[seeds]]\nMODE = 1\n'
+                '\n[[seeds]]\nMODE = 2\nTHREADS = 256\n')
+    spec, tpl, arch = make_spec(str(folder), "sm_90a", trials=3, backend="compile-only")
+    assert tpl.start_configs() == [{"MODE": 0, "THREADS": 128}, {"MODE": 3, "THREADS": 128},
+                                   {"MODE": 1, "THREADS": 128}, {"MODE": 2, "THREADS": 256}]
+    job = new_job(store, spec, tpl)
+    Engine(store, tpl, arch, CompileOnlyBackend(), workers=1).run(job, spec)
+    trials = sorted(store.trials(job), key=lambda t: t.number)
+    assert [t.params for t in trials] == [{"MODE": 0, "THREADS": 128},
+                                          {"MODE": 3, "THREADS": 128},
+                                          {"MODE": 2, "THREADS": 256}]
+
+
+def test_bad_seed_is_refused_in_one_sentence(tmp_path):
+    import shutil
+    from porter.errors import TemplateError
+    from porter.template import load_template
+    folder = tmp_path / "badseed"
+    shutil.copytree(PLANTED, folder)
+    with open(folder / "space.toml", "a") as f:
+        f.write('\n[[seeds]]\nTHREADS = 100\n')
+    with pytest.raises(TemplateError, match="seed 1 sets THREADS = 100"):
+        load_template(folder)

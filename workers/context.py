@@ -75,10 +75,10 @@ class JobContext:
             tpl, arch, sizes = self.template, self.arch, self.sizes
             space = SearchSpace(tpl.params, lambda cfg: be.allows(cfg) and
                                 static_check(tpl, arch, cfg, sizes) is None)
-            default = {n: v[0] for n, v in tpl.params.items()}
             seed = (self.spec.seed * 1_000_003 + zlib.crc32(salt.encode())) % 2**31
             self._searcher = Searcher(space, self.spec.sampler, seed, storage=self.storage,
-                                      study_name=self.study_name, warm_start=[default])
+                                      study_name=self.study_name,
+                                      warm_start=tpl.start_configs())
         return self._searcher
 
     def is_feasible(self, number: int, params: dict) -> bool:

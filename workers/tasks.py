@@ -167,7 +167,6 @@ def drive_job(self, job_id: int) -> str:
     if info.status == "queued":
         store.set_job_status(job_id, "running")
     sizes = list(spec.sizes)
-    default = {k: v[0] for k, v in tpl.params.items()}
     warm = warm_start_configs(store, tpl.name, spec.from_arch, spec.from_job)
     space = SearchSpace(tpl.params, lambda c: backend.allows(c) and
                         static_check(tpl, arch, c, sizes) is None)
@@ -175,7 +174,7 @@ def drive_job(self, job_id: int) -> str:
         try:   # drivers starting together may race on creating the study: try again
             searcher = Searcher(space, spec.sampler, spec.seed, storage=store.optuna_storage(),
                                 study_name=info.study_name or f"porter-job-{job_id}",
-                                warm_start=[*warm, default])
+                                warm_start=[*warm, *tpl.start_configs()])
             break
         except Exception:  # noqa: BLE001
             if attempt == 4:
