@@ -68,8 +68,29 @@ def _deliveries(task_id: str) -> int:
 
 @contextmanager
 def _ask_lock(store, job_id: int):
-    """Serialises ask() over the job's drivers (a PostgreSQL advisory lock, released by the
-    server if the holder dies), so two drivers never propose the same configuration."""
+    """Serialises ask() over the job's drivers, so two drivers never propose the same
+    configuration: a PostgreSQL advisory lock (released by the server if the holder dies), or
+    for a SQLite file (its drivers share one host) an flock on a file beside it (released by the
+    kernel if the holder dies)."""
+    if store.url.startswith("sqlite"):
+        path = _sqlite_lock_path(store.url)
+        if path is None:      # an in-memory database: one process, nothing to serialise
+            yield
+            return
+        import fcntl
+        try:
+            f = open(path, "a")
+        except OSError as e:   # a read-only folder: go on unserialised, as before
+            log.warning("no ask lock beside the database (%s)", e)
+            yield
+            return
+        with f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+        return
     if not store.url.startswith("postgresql"):
         yield
         return
@@ -82,6 +103,14 @@ def _ask_lock(store, job_id: int):
             conn.execute(text("SELECT pg_advisory_unlock(:k)"),
                          {"k": 0x504F5254 * 1000 + job_id})
             conn.commit()
+
+
+def _sqlite_lock_path(url: str) -> str | None:
+    from sqlalchemy.engine import make_url
+    db = make_url(url).database
+    if not db or db == ":memory:" or db.startswith("file:"):
+        return None
+    return f"{db}.ask.lock"
 
 
 class _Liveness(threading.Thread):
@@ -252,6 +281,7 @@ def prefetch_compiles(job_id: int) -> int:
     """Compiles the job's feasible variants in random order into the shared cache until the job
     ends (nothing to do for backends that do not compile)."""
     from porter.arch import get_arch
+    from porter.backends.base import CompileOnlyBackend
     from porter.check import static_check
     from porter.compile import compile_variant
     from porter.jobs import make_backend
@@ -262,7 +292,12 @@ def prefetch_compiles(job_id: int) -> int:
     info = store.get_job(job_id)
     spec = info.spec
     tpl, arch = find_template(spec.template), get_arch(spec.arch)
-    backend, _ = make_backend(spec, arch)
+    if spec.backend == "replay":
+        backend, _ = make_backend(spec, arch)
+    else:
+        # the GPU backend compiles the same variants as compile-only and refuses none; its GPU
+        # probe would start processes from this pool worker, which a daemonic process may not
+        backend = CompileOnlyBackend()
     try:
         if not backend.needs_compile:
             return 0
