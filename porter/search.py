@@ -19,7 +19,9 @@ Proposals come from one of two places:
   (uniform crossover and mutations in index space) when a neighbourhood is used up, with an
   occasional random restart. See `_Auto`.
 
-Warm-start configurations (feasible ones only) are proposed first, in the order given.
+Warm-start configurations (feasible ones only) are proposed first, in the order given. A prior
+(objectives of the same configurations measured elsewhere, e.g. on another GPU) guides "auto"
+(see `_Auto`); the Optuna samplers ignore it.
 """
 from __future__ import annotations
 
@@ -95,10 +97,15 @@ class Searcher:
 
     ask() -> (trial number, config), or None once every feasible configuration was proposed
     (for "auto" and "grid"; the other samplers cannot know). tell(number, objective) with
-    objective lower-is-better, or None for a failed configuration."""
+    objective lower-is-better, or None for a failed configuration.
+
+    warm_start: configurations proposed first, in the order given (feasible ones only).
+    prior: (configuration, objective) pairs measured elsewhere (the same template on another
+    GPU); "auto" uses them as a hint of where to look (see `_Auto`), the others ignore them."""
 
     def __init__(self, space: SearchSpace, sampler: str = "auto", seed: int = 0,
-                 storage=None, study_name: str | None = None, warm_start: Sequence[dict] = ()):
+                 storage=None, study_name: str | None = None, warm_start: Sequence[dict] = (),
+                 prior: Sequence[tuple[Mapping[str, Any], float]] = ()):
         if sampler not in SAMPLERS:
             raise SpecError(f"unknown sampler {sampler!r}; pick one of {', '.join(SAMPLERS)}")
         optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -119,6 +126,9 @@ class Searcher:
         self._feasible_cache: dict[Key, bool] = {}
         self._warm = [self._key(w) for w in warm_start
                       if space.contains(w) and self._feasible(self._key(w))]
+        self._warm_keys = frozenset(self._warm)
+        self._prior = {self._key(c): float(v) for c, v in prior
+                       if space.contains(c) and v is not None and math.isfinite(v) and v > 0}
         self._engine = _Auto(self, seed) if sampler == "auto" else _OptunaProposer(self, seed)
         self._sync()
 
@@ -341,7 +351,14 @@ class _Auto:
     predicted by an additive model (ridge regression of log objective on one-hot parameter
     values: cheap, and enough to skip children that repeat a known-bad value). P_RANDOM of the
     proposals are random restarts. Tuned on the Kernel Tuner caches of shared/replay with
-    benchmarks/search_quality.py."""
+    benchmarks/search_quality.py.
+
+    Warm-start results are ordinary results (the model learns from them), but only the best
+    WARM_ELITES of them may be parents of the climb. A prior (the same template measured on
+    another GPU) adds its standardised log objective as one more column of the model, whose
+    weight the fit learns from the results here, puts the prior's N_PRIOR best configurations
+    not yet proposed among the candidates, and makes the model pick P_SURROGATE_PRIOR of the
+    proposals (benchmarks/transfer.py)."""
 
     N_INIT = 5
     P_RANDOM = 0.03
@@ -350,6 +367,9 @@ class _Auto:
     N_CANDIDATES = 16
     SURROGATE_AFTER = 12      # told results before the model is used
     RIDGE = 1.0
+    WARM_ELITES = 1           # warm-start results that may be climb parents (the best ones)
+    N_PRIOR = 8               # with a prior: its best unproposed configurations are candidates
+    P_SURROGATE_PRIOR = 0.9   # P_SURROGATE when there is a prior
     POP_MIN, POP_MAX, POP_FRAC = 4, 12, 0.2   # parents: the best max(MIN, min(MAX, FRAC * n))
     P_CROSS = 0.5             # uniform crossover of two parents (then a mutation), else mutation
     P_STEP = 0.8              # a mutation steps along the value order, else jumps anywhere
@@ -365,6 +385,19 @@ class _Auto:
         self.fset: set[Key] = set()
         self.ranked: list[tuple[float, Key]] = []   # told results, best first
         self.failed = 0
+        self.own: list[tuple[float, Key]] = []      # results of our own proposals, best first
+        self.warm: list[tuple[float, Key]] = []     # warm-start results, best first
+        # the prior: its log objective, standardised, as one more feature of the surrogate
+        # (the ridge fit learns how far to trust it); its ranking supplies candidates
+        self.prior: dict[Key, float] = {}
+        self.prior_order: list[Key] = []
+        self.prior_next = 0
+        if s._prior:
+            logs = {k: math.log(v) for k, v in s._prior.items()}
+            mu = sum(logs.values()) / len(logs)
+            sd = math.sqrt(sum((x - mu) ** 2 for x in logs.values()) / len(logs)) or 1.0
+            self.prior = {k: (x - mu) / sd for k, x in logs.items()}
+            self.prior_order = sorted(self.prior, key=self.prior.get)
 
     # ---- bookkeeping -------------------------------------------------------------------
     def _enumerate(self) -> None:
@@ -385,6 +418,16 @@ class _Auto:
             self.failed += 1
             return
         bisect.insort(self.ranked, (value, key), key=lambda r: r[0])
+        bisect.insort(self.warm if key in self.s._warm_keys else self.own, (value, key),
+                      key=lambda r: r[0])
+
+    def _elites(self, n: int) -> list[tuple[float, Key]]:
+        """The n best results that may be parents of the climb: our own, and only the best
+        WARM_ELITES of the warm start. The source GPU's best often sit together in a basin
+        that is not the target's best one, and a climb seeded with all of them stays there
+        (on the convolution caches: 600+ evaluations to within 3% on the A100, cold 161)."""
+        return sorted(self.own[:n] + self.warm[:min(n, self.WARM_ELITES)],
+                      key=lambda r: r[0])[:n]
 
     def _ok(self, key: Key) -> bool:
         if self.s._is_seen(key):
@@ -401,9 +444,11 @@ class _Auto:
     def propose(self) -> Key | None:
         self._enumerate()
         n_told = len(self.ranked) + self.failed
-        if len(self.ranked) < 2 or n_told < self.N_INIT or self.rng.random() < self.P_RANDOM:
+        if len(self._elites(2)) < 2 or n_told < self.N_INIT or \
+                self.rng.random() < self.P_RANDOM:
             return self._random()
-        if len(self.ranked) >= self.SURROGATE_AFTER and self.rng.random() < self.P_SURROGATE:
+        p_surrogate = self.P_SURROGATE_PRIOR if self.prior else self.P_SURROGATE
+        if len(self.ranked) >= self.SURROGATE_AFTER and self.rng.random() < p_surrogate:
             key = self._best_predicted()
         else:
             key = self._candidate(self._close())
@@ -434,7 +479,7 @@ class _Auto:
     def _close(self) -> list[Key]:
         """Unseen feasible neighbours (one parameter one place along its order) of the three
         best configurations, or two places where those are used up."""
-        top = [k for _, k in self.ranked[:3]]
+        top = [k for _, k in self._elites(3)]
         for reach in (1, 2):
             out = []
             for k in top:
@@ -451,7 +496,7 @@ class _Auto:
 
     def _breed(self) -> Key | None:
         n_pop = int(max(self.POP_MIN, min(self.POP_MAX, len(self.ranked) * self.POP_FRAC)))
-        elites = [k for _, k in self.ranked[:n_pop]]
+        elites = [k for _, k in self._elites(n_pop)]
         weights = [len(elites) - i for i in range(len(elites))]
         for _ in range(200):
             a = self._index(self.rng.choices(elites, weights)[0])
@@ -481,16 +526,37 @@ class _Auto:
     def _best_predicted(self) -> Key | None:
         close = self._close()
         cands = {c for c in (self._candidate(close) for _ in range(self.N_CANDIDATES)) if c}
+        cands |= set(self._prior_best(self.N_PRIOR))
         if len(cands) < 2:
             return next(iter(cands), None)
         cands_l = sorted(cands, key=self._index)   # a fixed order: determinism under a seed
-        values = np.array([v for v, _ in self.ranked], float)
+        data = self.ranked
+        values = np.array([v for v, _ in data], float)
         y = np.log(values) if values.min() > 0 else values
-        x = self._one_hot([k for _, k in self.ranked])
+        x = self._one_hot([k for _, k in data])
         w = np.linalg.solve(x.T @ x + self.RIDGE * np.eye(x.shape[1]), x.T @ (y - y.mean()))
         return cands_l[int(np.argmin(self._one_hot(cands_l) @ w))]
 
+    def _prior_best(self, n: int) -> list[Key]:
+        """The prior's n best configurations not yet proposed (feasible here)."""
+        out = []
+        i = self.prior_next
+        while i < len(self.prior_order) and len(out) < n:
+            k = self.prior_order[i]
+            if self._ok(k):
+                out.append(k)
+            elif not out:
+                self.prior_next = i + 1    # seen or infeasible: never a candidate again
+            i += 1
+        return out
+
     def _one_hot(self, keys: Sequence[Key]) -> np.ndarray:
+        if self.prior:
+            return np.hstack([self._one_hot_plain(keys),
+                              np.array([[self.prior.get(k, 0.0)] for k in keys])])
+        return self._one_hot_plain(keys)
+
+    def _one_hot_plain(self, keys: Sequence[Key]) -> np.ndarray:
         out = np.zeros((len(keys), self.offsets[-1] + self.sizes[-1]))
         rows = np.arange(len(keys))
         for g, (p, off) in enumerate(zip(self.pos, self.offsets)):
