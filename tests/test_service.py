@@ -166,6 +166,25 @@ def test_job_runs_on_two_measuring_workers(env, workers):
     assert all(p.poll() is None for p in workers.procs)
 
 
+def test_two_measuring_workers_on_sqlite(env, tmp_path):
+    """One host without PostgreSQL: the service on a SQLite file. The two drivers take turns
+    asking (a file lock beside the database), so no configuration is tried twice."""
+    import redis
+    redis.Redis.from_url(BROKER).flushdb()      # job numbers restart in the new database
+    e = dict(env, PORTER_DB_URL=f"sqlite:///{tmp_path / 'svc.db'}")
+    w = Workers(e, tmp_path)
+    try:
+        w.start("gpu.sm_90a", 2)
+        job = submit(e, trials=24)
+        info = wait_done(e, job)
+        assert info.status == "done", info.message
+        trials = check_trials(e, job, 24)
+        assert len({t.worker for t in trials}) == 2, "both measuring workers took part"
+    finally:
+        w.stop()
+        redis.Redis.from_url(BROKER).flushdb()
+
+
 def test_killed_measuring_worker(env, workers):
     a, b = workers.start("gpu.sm_90a", 2, PORTER_REPLAY_HOLD="1")
     job = submit(env, trials=40)
