@@ -103,7 +103,9 @@ def main():
         records = []
         for sizes in groups:
             records += run_job(name, cfg, sizes, args, store, out, bw, table)
-        (out / f"results_{name}.json").write_text(json.dumps(records, indent=1))
+            # written after every job: a run cut short by its time limit keeps what it finished
+            (out / f"results_{name}.json").write_text(json.dumps(records, indent=1))
+            print(table[-1] if table else "", flush=True)
     print("\n".join(table))
 
 
