@@ -87,6 +87,14 @@ def show(job: int, db: Optional[str] = DbOpt, top: int = typer.Option(10, "--top
 
 
 @app.command()
+def report(job: int, db: Optional[str] = DbOpt, top: int = typer.Option(20, "--top")):
+    """What a port found: statuses, the feasible set, resources per variant, failures with
+    their reasons, and for a warm-started job the source's best there and here."""
+    from .report import report as do_report
+    do_report(_store(db), job, console, top)
+
+
+@app.command()
 def best(template: str, arch: str = typer.Option(..., "--arch"), db: Optional[str] = DbOpt,
          top: int = typer.Option(5, "--top")):
     """The best configurations of a template on an architecture, over all its jobs."""

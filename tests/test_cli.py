@@ -113,3 +113,46 @@ def test_import_kt_then_port(env, tmp_path):
     assert rows(env["db"], "porter_trials") == 3
     r = porter("import-kt", str(kt / "missing.cu"), str(kt / "vector_add.T1.json"), **env)
     assert r.returncode == 2 and "does not exist" in r.stderr
+
+
+@pytest.mark.parametrize("arch", ["sm_100a", "sm_120"])
+def test_ports_ahead_of_hardware_report(env, arch):
+    """A compile-only port of every built-in template to an architecture no worker has: the
+    ones it can run give the feasible set, resources per variant and failures with reasons in
+    `porter report`; gemm_wgmma is refused in one sentence naming the missing feature."""
+    for job, tpl in enumerate(["rmsnorm", "gemm_mma"], start=1):
+        r = porter("port", tpl, "--arch", arch, "--backend", "compile-only", "--trials", "4",
+                   **env)
+        assert r.returncode == 0, r.stderr + r.stdout
+        r = porter("report", str(job), **env)
+        assert r.returncode == 0, r.stderr
+        out = r.stdout
+        assert f"{tpl} -> {arch}" in out and "backend compile-only" in out
+        assert "feasible set: " in out and " of the space's " in out
+        assert "resources per variant (4 built)" in out
+        assert "failures and refusals" not in out     # all four compiled
+        with sqlite3.connect(env["db"]) as c:
+            regs = [x for (x,) in c.execute(
+                "select registers from porter_trials where job_id = ?", (job,))]
+        assert len(regs) == 4 and all(x and x > 0 for x in regs)
+    r = porter("port", "gemm_wgmma", "--arch", arch, "--backend", "compile-only", **env)
+    assert r.returncode == 2
+    line = r.stderr.strip()
+    assert "\n" not in line and line.startswith("error: template 'gemm_wgmma' needs wgmma")
+    assert line.endswith(f"which {arch} does not have")
+
+
+def test_report_of_a_warm_started_port(env):
+    """A replayed sm_90a job (H200 recording) seeds a compile-only port to sm_100a; the report
+    names the source's best there and what became of it here."""
+    rec = ROOT / "tests" / "data" / "replay" / "gemm_mma_h200.json.gz"
+    r = porter("port", "gemm_mma", "--arch", "sm_90a", "--backend", "replay", "--replay",
+               str(rec), "--trials", "20", "--sizes", "4096x4096x4096", **env)
+    assert r.returncode == 0, r.stderr
+    r = porter("port", "gemm_mma", "--arch", "sm_100a", "--backend", "compile-only",
+               "--trials", "3", "--sizes", "4096x4096x4096", "--from-arch", "sm_90a", **env)
+    assert r.returncode == 0, r.stderr
+    r = porter("report", "2", **env)
+    assert r.returncode == 0, r.stderr
+    assert "warm start from sm_90a: best there " in r.stdout
+    assert "as-is on sm_100a: compiled (trial 0)" in r.stdout    # tried first, as it fits
