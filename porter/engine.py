@@ -76,13 +76,15 @@ class Engine:
         return lambda cfg: self.backend.allows(cfg) and \
             static_check(self.template, self.arch, cfg, sizes) is None
 
-    def searcher(self, job_id: int, spec: JobSpec, warm_start=()) -> Searcher:
+    def searcher(self, job_id: int, spec: JobSpec, warm_start=(), prior=()) -> Searcher:
         space = SearchSpace(self.template.params, self.feasible(spec.sizes))
         return Searcher(space, spec.sampler, spec.seed, storage=self.store.optuna_storage(),
                         study_name=self.store.get_job(job_id).study_name or f"job-{job_id}",
-                        warm_start=warm_start)
+                        warm_start=warm_start, prior=prior)
 
-    def run(self, job_id: int, spec: JobSpec, warm_start=()) -> JobSummary:
+    def run(self, job_id: int, spec: JobSpec, warm_start=(), prior=()) -> JobSummary:
+        """warm_start: configurations proposed first; prior: (configuration, objective) pairs
+        measured elsewhere (another architecture) that the search learns from."""
         store, tpl, arch = self.store, self.template, self.arch
         t_start = time.monotonic()
         summary = JobSummary(job_id, "running")
@@ -94,7 +96,7 @@ class Engine:
         store.set_job_status(job_id, "running")
         # the template's default (each parameter's first value) and its [[seeds]] are tried right
         # after any warm-start configurations: authors list what they expect to win first
-        searcher = self.searcher(job_id, spec, [*warm_start, *tpl.start_configs()])
+        searcher = self.searcher(job_id, spec, [*warm_start, *tpl.start_configs()], prior)
         sizes = list(spec.sizes)
         deadline = t_start + spec.minutes * 60 if spec.minutes else None
         budget = spec.trials if spec.trials else (None if deadline else 100)

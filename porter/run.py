@@ -28,6 +28,22 @@ def warm_start_configs(store: Store, template_name: str, from_arch: str | None,
     return out[:n]
 
 
+def warm_start_prior(store: Store, template_name: str, from_arch: str | None,
+                     from_job: int | None) -> list[tuple[dict, float]]:
+    """Every measured configuration of the source jobs with its objective: the search's prior
+    (it learns how far to trust it from the results on the target)."""
+    jobs = [from_job] if from_job is not None else []
+    if from_arch:
+        jobs += [j.id for j in store.list_jobs(1000)
+                 if j.template_name == template_name and j.spec.arch == from_arch]
+    best: dict[str, tuple[dict, float]] = {}
+    for j in dict.fromkeys(jobs):
+        for t in store.trials(j, status="measured"):
+            if t.objective and (t.config_key not in best or t.objective < best[t.config_key][1]):
+                best[t.config_key] = (dict(t.params), t.objective)
+    return list(best.values())
+
+
 def port_here(template, arch, sizes, trials, minutes, sampler, seed, backend, replay, from_arch,
               from_job, resume, workers, db, templates_dir, console: Console):
     from .engine import Engine
@@ -54,10 +70,12 @@ def port_here(template, arch, sizes, trials, minutes, sampler, seed, backend, re
         src, space = template_record(tpl)
         job_id = store.create_job(spec, tpl.name, tpl.source_hash, src, space, status="running")
     warm = warm_start_configs(store, tpl.name, spec.from_arch, spec.from_job)
+    prior = warm_start_prior(store, tpl.name, spec.from_arch, spec.from_job)
     total = spec.trials or (None if spec.minutes else 100)
     console.print(f"job {job_id}: {tpl.name} -> {a.name}, sizes "
                   f"{', '.join('x'.join(map(str, s)) for s in spec.sizes)}, backend {be.name}, "
-                  f"sampler {spec.sampler}" + (f", {len(warm)} warm-start configs" if warm else ""))
+                  f"sampler {spec.sampler}" + (f", {len(warm)} warm-start configs and a prior of {len(prior)} measured ones"
+                     if warm else ""))
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.fields[best]}"), TimeElapsedColumn(),
                   console=console, transient=False) as progress:
@@ -77,7 +95,7 @@ def port_here(template, arch, sizes, trials, minutes, sampler, seed, backend, re
 
         engine = Engine(store, tpl, a, be, workers=workers, on_trial=on_trial)
         try:
-            summary = engine.run(job_id, spec, warm)
+            summary = engine.run(job_id, spec, warm, prior)
         except KeyboardInterrupt:
             store.set_job_status(job_id, "failed", "interrupted; resume with --resume "
                                  f"{job_id}")

@@ -128,3 +128,28 @@ def test_bad_seed_is_refused_in_one_sentence(tmp_path):
         f.write('\n[[seeds]]\nTHREADS = 100\n')
     with pytest.raises(TemplateError, match="seed 1 sets THREADS = 100"):
         load_template(folder)
+
+
+def test_warm_start_passes_the_source_measurements_as_a_prior(store):
+    """--from-job / --from-arch: the source's top configurations are proposed first and every
+    measured configuration there, with its objective, reaches the target's search as its prior."""
+    from porter.run import warm_start_configs, warm_start_prior
+    rec = REPLAY / "gemm_mma_h200.json.gz"
+    spec, tpl, arch = make_spec("gemm_mma", "sm_90a", ["4096x4096x4096"], trials=30,
+                                backend="replay", replay=str(rec))
+    src = new_job(store, spec, tpl)
+    Engine(store, tpl, arch, ReplayBackend(rec)).run(src, spec)
+    measured = {t.config_key: t.objective for t in store.trials(src, status="measured")}
+    prior = warm_start_prior(store, "gemm_mma", None, src)
+    assert {tpl.config_key(c): v for c, v in prior} == measured
+    assert warm_start_prior(store, "gemm_mma", "sm_90a", None) == prior
+    assert warm_start_prior(store, "gemm_mma", "sm_100a", None) == []
+    warm = warm_start_configs(store, "gemm_mma", None, src)
+    assert tpl.config_key(warm[0]) == min(measured, key=measured.get)
+    # the target job runs with both (here: the same architecture, replayed again)
+    spec2, _, _ = make_spec("gemm_mma", "sm_90a", ["4096x4096x4096"], trials=5,
+                            backend="replay", replay=str(rec))
+    job = new_job(store, spec2, tpl)
+    Engine(store, tpl, arch, ReplayBackend(rec)).run(job, spec2, warm, prior)
+    first = min(store.trials(job), key=lambda t: t.number)
+    assert first.config_key == tpl.config_key(warm[0])

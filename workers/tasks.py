@@ -170,7 +170,7 @@ def drive_job(self, job_id: int) -> str:
     from porter.compile import nvrtc_version
     from porter.engine import MAX_INFEASIBLE_FACTOR, run_trial
     from porter.jobs import make_backend
-    from porter.run import warm_start_configs
+    from porter.run import warm_start_configs, warm_start_prior
     from porter.search import Searcher, SearchSpace
     from porter.store import open_store
     from porter.template import find_template
@@ -197,13 +197,14 @@ def drive_job(self, job_id: int) -> str:
         store.set_job_status(job_id, "running")
     sizes = list(spec.sizes)
     warm = warm_start_configs(store, tpl.name, spec.from_arch, spec.from_job)
+    prior = warm_start_prior(store, tpl.name, spec.from_arch, spec.from_job)
     space = SearchSpace(tpl.params, lambda c: backend.allows(c) and
                         static_check(tpl, arch, c, sizes) is None)
     for attempt in range(5):
         try:   # drivers starting together may race on creating the study: try again
             searcher = Searcher(space, spec.sampler, spec.seed, storage=store.optuna_storage(),
                                 study_name=info.study_name or f"porter-job-{job_id}",
-                                warm_start=[*warm, *tpl.start_configs()])
+                                warm_start=[*warm, *tpl.start_configs()], prior=prior)
             break
         except Exception:  # noqa: BLE001
             if attempt == 4:
