@@ -33,84 +33,25 @@ import datetime
 import importlib.util
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _scripting import (Failed, Report, check_packages, child_env, fail,  # noqa: E402
+                        last_line, run)
 PORTS = (("rmsnorm", "32768x8192", 6), ("gemm_mma", "4096x4096x4096", 6))
 FORMATS = ("python", "cu", "cubin", "fatbin")
 OUTPUT = {"gemm": "C", "rmsnorm": "y"}       # the op's output buffer
 TOLERANCE = 0.05
-NEEDED = {"numpy": "numpy", "cuda.bindings": "cuda-bindings", "optuna": "optuna",
-          "sqlalchemy": "sqlalchemy", "alembic": "alembic", "typer": "typer", "rich": "rich"}
 
 
-class Failed(Exception):
-    pass
-
-
-class Report:
-    """The result file, rewritten whole (atomically) after every step."""
-
-    def __init__(self, path: Path, **fields):
-        self.path = path
-        self.data = dict(fields)
-        self.write()
-
-    def __setitem__(self, key, value):
-        self.data[key] = value
-        self.write()
-
-    def write(self):
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.data, indent=1, default=str))
-        os.replace(tmp, self.path)
 
 
 def preflight(backend: str) -> None:
-    need = dict(NEEDED)
-    if backend == "gpu":
-        need["cupy"] = "cupy-cuda13x"
-    for mod, pkg in need.items():
-        try:
-            found = importlib.util.find_spec(mod) is not None
-        except ModuleNotFoundError:
-            found = False
-        if not found and mod == "cupy":
-            raise Failed("CuPy is missing: the GPU backend needs it (pip install cupy-cuda13x)")
-        if not found:
-            raise Failed(f"python package {pkg} is missing (install the carried wheels, e.g. "
-                         "pip install --no-index --target /tmp/site .whl/*.whl, and put "
-                         "/tmp/site on PYTHONPATH)")
-
-
-def child_env(cache: Path) -> dict:
-    env = dict(os.environ, PORTER_CACHE_DIR=str(cache), TERM="dumb", NO_COLOR="1",
-               COLUMNS="160", PYTHONUNBUFFERED="1")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
-    return env
-
-
-def run(cmd: list[str], timeout: float, log: Path, env: dict) -> int | None:
-    """Runs cmd in its own process group with output to log; None if it ran past timeout
-    (the whole group is killed)."""
-    with open(log, "w") as f:
-        p = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, env=env,
-                             start_new_session=True)
-        try:
-            return p.wait(timeout=max(1.0, timeout))
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
-            return None
-
-
-def last_line(log: Path) -> str:
-    lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
-    return lines[-1][:300] if lines else "(no output)"
+    check_packages(backend)
 
 
 # ---- steps 1 and 2: port and export (this process never initialises CUDA) --------------------
@@ -397,18 +338,8 @@ def main() -> int:
                   f"{r['export_ms']:.4f} ms / engine {r['engine_ms']:.4f} ms = "
                   f"{r['ratio_export_over_engine']:.3f}")
         return 0
-    except Failed as e:
-        rep.data["wall_s"] = round(time.monotonic() - t_start, 1)
-        rep["status"] = f"failed: {e}"
-        print(f"error: {e}", file=sys.stderr)
-        return 1
     except Exception as e:  # noqa: BLE001 - one line, the rest in the result file
-        import traceback
-        rep.data["traceback"] = traceback.format_exc()
-        rep["status"] = f"failed: {type(e).__name__}: {e}"
-        print(f"error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
-              file=sys.stderr)
-        return 1
+        return fail(rep, e, t_start)
 
 
 if __name__ == "__main__":
