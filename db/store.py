@@ -246,6 +246,13 @@ class SqlStore(Store):
                 raise UnknownJob(f"no job {job_id} in {safe_url(self.url)}")
         return numbers
 
+    def trial_statuses(self, job_id: int) -> dict[int, str]:
+        """Trial number -> status, one light query (the service's drivers ask this before every
+        proposal)."""
+        with self._read("reading trial statuses") as conn:
+            return dict(conn.execute(select(Trial.number, Trial.status)
+                                     .where(Trial.job_id == job_id)).all())
+
     def trials(self, job_id: int, status: str | None = None) -> list[TrialRecord]:
         """The job's trials in number order, with their measurements."""
         where = [Trial.job_id == job_id]

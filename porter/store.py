@@ -59,6 +59,11 @@ class Store(ABC):
     @abstractmethod
     def trials(self, job_id: int, status: str | None = None) -> list[TrialRecord]: ...
 
+    def trial_statuses(self, job_id: int) -> dict[int, str]:
+        """Trial number -> status of the job's recorded trials (stores may answer this without
+        reading measurements)."""
+        return {t.number: t.status for t in self.trials(job_id)}
+
     @abstractmethod
     def best_trials(self, job_id: int, n: int = 10) -> list[TrialRecord]: ...
 

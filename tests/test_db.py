@@ -232,6 +232,8 @@ def test_record_and_read_trials(store, tpl):
     assert store.trials(job_id, status="compile_failed") == [recorded[1]]
     assert store.trials(job_id, status="timeout") == []
     assert store.trial_numbers(job_id) == {0, 1, 2, 3}
+    assert store.trial_statuses(job_id) == {0: "measured", 1: "compile_failed", 2: "measured",
+                                            3: "measured"}
 
     job = store.get_job(job_id)
     assert (job.n_trials, job.n_measured) == (4, 3)

@@ -234,9 +234,9 @@ def drive_job(self, job_id: int) -> str:
                 # records; one seen in neither cannot exist (asking needs this lock)
                 in_study = [t.number for t in study.get_trials(
                     deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))]
-                trials = store.trials(job_id)
-                recorded = {t.number for t in trials}
-                counted = sum(1 for t in trials if t.status != "infeasible")
+                statuses = store.trial_statuses(job_id)
+                recorded = set(statuses)
+                counted = sum(1 for st in statuses.values() if st != "infeasible")
                 running = [n for n in in_study if n not in recorded]
                 if running:
                     _fail_stale(study, job_id, recorded)
