@@ -74,7 +74,8 @@ def port_here(template, arch, sizes, trials, minutes, sampler, seed, backend, re
     total = spec.trials or (None if spec.minutes else 100)
     console.print(f"job {job_id}: {tpl.name} -> {a.name}, sizes "
                   f"{', '.join('x'.join(map(str, s)) for s in spec.sizes)}, backend {be.name}, "
-                  f"sampler {spec.sampler}" + (f", {len(warm)} warm-start configs and a prior of {len(prior)} measured ones"
+                  f"sampler {spec.sampler}"
+                  + (f", {len(warm)} warm-start configs and a prior of {len(prior)} measured ones"
                      if warm else ""))
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.fields[best]}"), TimeElapsedColumn(),
