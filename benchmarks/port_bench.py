@@ -19,7 +19,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from porter.arch import get_arch  # noqa: E402
 from porter.backends.gpu import GpuBackend  # noqa: E402
 from porter.backends.replay import recording  # noqa: E402
 from porter.engine import Engine  # noqa: E402
@@ -102,10 +101,11 @@ def main():
         groups = [[s] for s in cfg["sizes"]] if cfg.get("per_shape") else [cfg["sizes"]]
         records = []
         for sizes in groups:
+            done = len(table)
             records += run_job(name, cfg, sizes, args, store, out, bw, table)
             # written after every job: a run cut short by its time limit keeps what it finished
             (out / f"results_{name}.json").write_text(json.dumps(records, indent=1))
-            print(table[-1] if table else "", flush=True)
+            print("\n".join(table[done:]), flush=True)
     print("\n".join(table))
 
 

@@ -37,6 +37,7 @@ max_fevals = B and otherwise their defaults, numpy/random seeded with the seed.
 from __future__ import annotations
 
 import argparse
+from itertools import islice
 import contextlib
 import gzip
 import io
@@ -147,20 +148,21 @@ def run_porter(space: Space, sampler: str, seed: int, budget: int | None = None,
     budget = budget or space.budget
     s = Searcher(SearchSpace(space.params, space.is_feasible), sampler, seed,
                  warm_start=warm_start)
-    values: list[float] = []
+    return list(islice(evaluations(space, s), budget))
+
+
+def evaluations(space: Space, s: Searcher):
+    """Asks s and answers from the cache; yields the value of each distinct countable
+    configuration as it is evaluated (repeats and uncountable ones cost nothing)."""
     seen: set[tuple] = set()
-    while len(values) < budget:
-        got = s.ask()
-        if got is None:
-            break
+    while (got := s.ask()) is not None:
         number, cfg = got
         key = tuple(cfg[n] for n in space.names)
         t = space.cache.time(key) if key in space.countable else None
         s.tell(number, t if isinstance(t, float) else None)
         if key in space.countable and key not in seen:
             seen.add(key)
-            values.append(space.value[key])
-    return values
+            yield space.value[key]
 
 
 _PLAIN: dict[str, str] = {}

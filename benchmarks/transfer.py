@@ -21,7 +21,7 @@ import argparse
 import json
 import sys
 import time
-from itertools import permutations
+from itertools import islice, permutations
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from porter.search import Searcher, SearchSpace    # noqa: E402
-from search_quality import REPLAY, Space          # noqa: E402
+from search_quality import REPLAY, Space, evaluations   # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "transfer.json"
 WITHIN = 0.03
@@ -42,19 +42,9 @@ def evals_to_goal(space: Space, sampler: str, seed: int, warm_start=(), prior=()
     goal = space.opt * (1 + WITHIN)
     s = Searcher(SearchSpace(space.params, space.is_feasible), sampler, seed,
                  warm_start=warm_start, prior=prior)
-    seen: set[tuple] = set()
-    while len(seen) < MAX_EVALS:
-        got = s.ask()
-        if got is None:
-            return None
-        number, cfg = got
-        key = tuple(cfg[n] for n in space.names)
-        t = space.cache.time(key) if key in space.countable else None
-        s.tell(number, t if isinstance(t, float) else None)
-        if key in space.countable and key not in seen:
-            seen.add(key)
-            if space.value[key] <= goal:
-                return len(seen)
+    for n, value in enumerate(islice(evaluations(space, s), MAX_EVALS), start=1):
+        if value <= goal:
+            return n
     return None
 
 

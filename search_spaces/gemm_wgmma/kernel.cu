@@ -573,12 +573,10 @@ gemm_wgmma(const bf16_t* __restrict__ A, const bf16_t* __restrict__ B, bf16_t* _
         // ---------------------------------------------------------- a tile in parts
         // Count in first: the part that counts last keeps its accumulators and adds the
         // others' partial tiles once they are stored; the others store and leave.
-        const int tiles_mc = tiles_m * CLUSTER;
         const int ctile = tm * tiles_n + tn;
         const size_t nslots = STREAMK ? 2 * (size_t)gridDim.x : (size_t)ntiles * SPLITK * CLUSTER;
         float4* slots = reinterpret_cast<float4*>(workspace);
         uint32_t* counter = reinterpret_cast<uint32_t*>(workspace) + nslots * (BM * BN) + ctile;
-        (void)tiles_mc;
         const size_t lane_off = (size_t)c * (MT * (BN / 8) * 128) + tid;   // float4 units
         if (threadIdx.x == 128) {
           const uint32_t arrived = atomicAdd(counter, 1u) & 0xFFFFu;
