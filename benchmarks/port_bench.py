@@ -146,10 +146,15 @@ def run_job(name, cfg, sizes, args, store, out, bw, table):
                 finals.append((r, t))
         if not finals:
             continue
-        res, best = max(finals, key=lambda f: f[0]["ratio"])
-        res = {**res, "finalists": [{"params": t.params, "tuning_ms": ms(t),
-                                     "ratio": r["ratio"], "ours_ms": r["ours_ms"]}
-                                    for r, t in finals]}
+        sel, best = max(finals, key=lambda f: f[0]["ratio"])
+        # The best of several noisy re-timings is biased upwards: the winner is timed once
+        # more, side by side again, and that confirmation is the reported figure.
+        res, _ = side_by_side(tpl, arch, best.params, size)
+        res = res or sel
+        res = {**res, "selection_ratio": sel["ratio"],
+               "finalists": [{"params": t.params, "tuning_ms": ms(t),
+                              "ratio": r["ratio"], "ours_ms": r["ours_ms"]}
+                             for r, t in finals]}
         rec = {"template": name, "arch": arch.name, "gpu": dev.get("gpu", ""),
                "driver": dev.get("driver", ""), "date": datetime.date.today().isoformat(),
                "shape": list(size), "params": best.params, **res,

@@ -27,6 +27,13 @@ CONFIGS = [
          SPLITK=1, STREAMK=0, SWAP=1),
     dict(BM=64, BN=16, BK=128, STAGES=6, CONSUMERS=1, GROUP_M=8, PERSIST=1, CLUSTER=1, EPI=0,
          SPLITK=2, STREAMK=0, SWAP=1),
+    # TMA-stored epilogues: the whole tile staged (3 stages fit beside it), or 64 x 128 at a time
+    dict(BM=128, BN=256, BK=64, STAGES=3, CONSUMERS=2, GROUP_M=16, PERSIST=1, CLUSTER=1, EPI=2,
+         SPLITK=1, STREAMK=0, SWAP=0),
+    dict(BM=256, BN=128, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=8, PERSIST=1, CLUSTER=2, EPI=3,
+         SPLITK=1, STREAMK=0, SWAP=0),
+    dict(BM=128, BN=192, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=8, PERSIST=1, CLUSTER=1, EPI=3,
+         SPLITK=1, STREAMK=1, SWAP=0),
 ]
 SMALL = (16, 8192, 8192)
 
@@ -47,12 +54,14 @@ def test_space_loads_and_declares_hopper_features():
     assert tpl.op == "gemm" and tpl.kernel == "gemm_wgmma"
     assert set(tpl.requires) == {"wgmma", "tma", "setmaxnreg"}
     assert tpl.supported_archs() == ("sm_90a",)
-    assert [tm.buffer for tm in tpl.tensor_maps] == ["A", "B"]
+    assert [tm.buffer for tm in tpl.tensor_maps] == ["A", "B", "C"]
     assert all(tm.swizzle == 128 for tm in tpl.tensor_maps)
     cfg = CONFIGS[1]
     env = tpl.env(cfg, SM90A, (4096, 4096, 4096))
     boxes = [[int(e(env)) for e in tm.box] for tm in tpl.tensor_maps]
-    assert boxes == [[64, 128], [64, 256]]          # innermost first: {K, rows}
+    assert boxes == [[64, 128], [64, 256], [0, 0]]  # innermost first: {K, rows}; C: not used
+    env = tpl.env(CONFIGS[9], SM90A, (4096, 4096, 4096))
+    assert [int(e(env)) for e in tpl.tensor_maps[2].box] == [64, 64]   # EPI=2: C by TMA
     assert all(x <= 256 for b in boxes for x in b)
     L = tpl.launch(cfg, SM90A, (4096, 4096, 4096))
     assert L.block == (384, 1, 1) and L.grid == (132, 1, 1)
@@ -78,7 +87,8 @@ def test_split_geometry_and_workspace():
     swap = CONFIGS[7]
     assert tpl.launch(swap, SM90A, SMALL).grid == (128, 1, 1)           # 8192 / 64 x 16 / 16
     env = tpl.env(swap, SM90A, SMALL)
-    assert [[int(e(env)) for e in tm.box] for tm in tpl.tensor_maps] == [[64, 16], [64, 64]]
+    assert [[int(e(env)) for e in tm.box] for tm in tpl.tensor_maps] == [[64, 16], [64, 64],
+                                                                   [0, 0]]
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_100a", "sm_90"])
@@ -118,6 +128,13 @@ def test_constraints_reject_oversized_configs():
     assert not _feasible(tpl, swap)                                      # M = 4096
     assert not _feasible(tpl, {**swap, "EPI": 1}, size=SMALL)
     assert not _feasible(tpl, {**swap, "SWAP": 0}, size=SMALL)          # BN = 16 unswapped
+    # TMA-stored epilogue: the whole staged tile leaves room for 3 stages of 128x256, not 4;
+    # 64 x 128 at a time fits beside 4; C's pitch must be 16-byte aligned
+    assert _feasible(tpl, {**base, "EPI": 2, "STAGES": 3})
+    assert not _feasible(tpl, {**base, "EPI": 2})
+    assert _feasible(tpl, {**base, "EPI": 3})
+    assert not _feasible(tpl, {**base, "EPI": 3}, size=(4096, 4001, 4096))
+    assert _feasible(tpl, {**base, "EPI": 1}, size=(4096, 4001, 4096))
     n = sum(1 for c in tpl.iter_configs() if _feasible(tpl, c))
     assert 20 <= n < tpl.space_size()
 

@@ -8,7 +8,11 @@
 // setmaxnreg moves registers from the producer (40) to the consumers.
 // Epilogue: accumulators -> bf16 pairs -> 32-bit global stores (bounds-checked at the edges), or
 // with EPI=1 (full tiles, N % 8 == 0) staged through a swizzled smem buffer per consumer and
-// written with coalesced 16-byte stores.
+// written with coalesced 16-byte stores, or with EPI=2/3 (N % 8 == 0, any tile: TMA clips the
+// edges) written into 64x64 boxes of smem with stmatrix and stored by TMA (cp.async.bulk.tensor
+// through C's tensor map) while the consumers go on to their next tile's MMAs. EPI=2 stages the
+// whole tile (BM*BN*2 bytes), so its stores are only waited for before the next tile's
+// epilogue; EPI=3 reuses one 64 x EPI_W buffer per consumer (the smem of EPI=1, more stages).
 // CLUSTER=2: two CTAs on vertically adjacent tiles share the B tile; each loads half of it and
 // multicasts it into both, and each consumer warp frees a stage in both CTAs.
 // PERSIST=1: grid of at most one CTA per SM striding over tiles, so the producer prefetches the
@@ -52,7 +56,7 @@ struct alignas(64) CUtensorMap { uint64_t opaque[16]; };
 #endif
 #ifndef EPI
 #define EPI 1          // 0: stores straight from registers; 1: staged through smem, 16-byte stores
-#endif
+#endif             // 2: stmatrix into smem, TMA store, whole tile; 3: the same, 64 x EPI_W at a time
 #ifndef SPLITK
 #define SPLITK 1       // >1: each tile's K range is cut into SPLITK parts, reduced in the workspace
 #endif
@@ -103,6 +107,9 @@ struct alignas(64) CUtensorMap { uint64_t opaque[16]; };
 // EPI=1: each consumer stages 64 rows x EPI_W columns of bf16 at a time in its own smem buffer
 #define EPI_W ((BN % 128 == 0) ? 128 : 64)
 #define EPI_BUF_BYTES (64 * EPI_W * 2)
+#if EPI >= 2 && (BN % 64 != 0 || SWAP)
+#error "EPI=2/3 store 64x64 boxes: BN must be a multiple of 64, no SWAP"
+#endif
 
 // ---------------------------------------------------------------------------------------------
 // mbarrier, TMA and wgmma wrappers (PTX ISA 8.0+, sm_90a)
@@ -165,6 +172,33 @@ __device__ __forceinline__ uint32_t cluster_rank() {
 __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release.aligned;\n"
                "barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+// TMA store of one box from (swizzled) smem to global, in this thread's bulk async-group.
+__device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, uint32_t src, int c0, int c1) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];"
+               :: "l"((uint64_t)map), "r"(src), "r"(c0), "r"(c1) : "memory");
+}
+
+__device__ __forceinline__ void tma_store_commit() {
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+
+// Wait until this thread's earlier TMA stores have read their smem (it may be written again).
+__device__ __forceinline__ void tma_store_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+}
+
+__device__ __forceinline__ void tma_store_wait_all() {
+  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
+
+// Four 8x8 bf16 matrices to smem: thread t gives the address of row t%8 of matrix t/8; register
+// i holds this thread's pair of matrix i in the mma accumulator layout.
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2,
+                                            uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
+               :: "r"(addr), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
 }
 
 __device__ __forceinline__ void tma_prefetch_desc(const CUtensorMap* map) {
@@ -437,14 +471,16 @@ __device__ __forceinline__ void consumers_sync() {
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 gemm_wgmma(const bf16_t* __restrict__ A, const bf16_t* __restrict__ B, bf16_t* __restrict__ C,
            int M, int N, int K, void* workspace,
-           const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB) {
+           const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
+           const __grid_constant__ CUtensorMap tmC) {   // tmC: used by EPI=2/3 only
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
   const uint32_t sA = base;
   const uint32_t sB = base + STAGES * A_TILE_BYTES;
   const uint32_t bars = sB + STAGES * B_TILE_BYTES;   // full[STAGES], empty[STAGES]
   const uint32_t flag = bars + 16 * STAGES;            // split tiles: "this part came last"
-  const uint32_t sC = (flag + 4 + 127u) & ~127u;       // EPI=1 staging, per consumer
+  // EPI staging, per consumer (EPI=2/3: 64x64 boxes, 1024-aligned for the 128-byte swizzle)
+  const uint32_t sC = EPI >= 2 ? (flag + 4 + 1023u) & ~1023u : (flag + 4 + 127u) & ~127u;
   (void)flag;
   (void)sC;
 
@@ -487,6 +523,7 @@ gemm_wgmma(const bf16_t* __restrict__ A, const bf16_t* __restrict__ B, bf16_t* _
     if (tid == 0) {
       tma_prefetch_desc(&tmA);
       tma_prefetch_desc(&tmB);
+      if (EPI >= 2) tma_prefetch_desc(&tmC);
       uint32_t it = 0;
       while (Sched::at(it, w, ntiles, kt_n)) {
         int tm, tn;
@@ -645,6 +682,54 @@ gemm_wgmma(const bf16_t* __restrict__ A, const bf16_t* __restrict__ B, bf16_t* _
           if (r < N && col < M) C[(size_t)col * N + r] = float_to_bf16(acc[mt][i]);
         }
       }
+#elif EPI >= 2
+      // Boxes of 64 rows x 64 columns (128 bytes, 16-byte chunk q of row r at (q ^ r % 8) * 16,
+      // TMA's 128-byte swizzle). EPI=2: box (mt, b) of this consumer at its own offset; EPI=3:
+      // EPI_W / 64 boxes reused, so each group waits for the previous group's stores to read.
+      {
+        constexpr int BOX = 64 * 64 * 2;
+        constexpr int GB = EPI == 2 ? BN / 64 : EPI_W / 64;     // boxes per group
+        const uint32_t cbuf = sC + c * (EPI == 2 ? MT * (BN / 64) * BOX : GB * BOX);
+        // stmatrix: this thread's row of matrix lane / 8 = (column block +lane/16, half lane/8%2)
+        const int r = warp * 16 + 8 * ((lane / 8) % 2) + lane % 8;
+        const int jsel = lane / 16;
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+          for (int g = 0; g < BN / 64 / GB; ++g) {
+            if (EPI == 3 || (mt == 0 && g == 0)) {
+              if (tid == 0) tma_store_wait_read();
+              asm volatile("bar.sync %0, 128;" :: "r"(1 + c) : "memory");   // buffer free
+            }
+#pragma unroll
+            for (int bx = 0; bx < GB; ++bx) {
+              const int box = EPI == 2 ? mt * (BN / 64) + g * GB + bx : bx;
+              const uint32_t bb = cbuf + box * BOX + r * 128;
+#pragma unroll
+              for (int jp = 0; jp < 4; ++jp) {          // pairs of 8-column blocks in the box
+                const int j = (g * GB + bx) * 8 + 2 * jp;   // column block in the tile
+                const int q = 2 * jp + jsel;                // 16-byte chunk in the box row
+                stmatrix_x4(bb + ((q ^ (r % 8)) * 16),
+                            pack_bf16x2(acc[mt][4 * j], acc[mt][4 * j + 1]),
+                            pack_bf16x2(acc[mt][4 * j + 2], acc[mt][4 * j + 3]),
+                            pack_bf16x2(acc[mt][4 * j + 4], acc[mt][4 * j + 5]),
+                            pack_bf16x2(acc[mt][4 * j + 6], acc[mt][4 * j + 7]));
+              }
+            }
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   // visible to TMA
+            asm volatile("bar.sync %0, 128;" :: "r"(1 + c) : "memory");     // buffer full
+            if (tid == 0) {
+#pragma unroll
+              for (int bx = 0; bx < GB; ++bx) {
+                const int box = EPI == 2 ? mt * (BN / 64) + g * GB + bx : bx;
+                tma_store_2d(&tmC, cbuf + box * BOX, tn * BN + (g * GB + bx) * 64,
+                             tm * BM + c * WM + mt * 64);
+              }
+              tma_store_commit();
+            }
+          }
+        }
+      }
 #else
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
@@ -719,6 +804,9 @@ gemm_wgmma(const bf16_t* __restrict__ A, const bf16_t* __restrict__ B, bf16_t* _
 #endif
     }
   }
+#if EPI >= 2
+  if (wg > 0 && tid == 0) tma_store_wait_all();   // the staging smem must outlive the stores
+#endif
 #if CLUSTER > 1
   // No CTA may leave while its peers can still multicast into it or arrive on its barriers.
   cluster_sync();
