@@ -51,10 +51,13 @@ def copy_gbps() -> float:
     return 2 * n / statistics.median(ts[2:]) / 1e6
 
 
-def side_by_side(tpl, arch, config, size, repeats=5):
-    """Ours and the baseline timed alternately in one child process; medians."""
-    be = GpuBackend(seed=123)
-    be.fresh_baseline = True
+def side_by_side(tpl, arch, config, size, repeats=5, be=None):
+    """Ours and the baseline interleaved repeat by repeat (GpuBackend.fresh_baseline) in one
+    child process, `repeats` measurements; medians."""
+    own = be is None
+    if own:
+        be = GpuBackend(seed=123)
+        be.fresh_baseline = True
     rows = []
     try:
         from porter.compile import compile_variant
@@ -65,7 +68,8 @@ def side_by_side(tpl, arch, config, size, repeats=5):
                 return None, out
             rows.append(out.measurements[0])
     finally:
-        be.close()
+        if own:
+            be.close()
     med = lambda xs: statistics.median(xs)  # noqa: E731
     m = rows[0]
     return {"ours_ms": med([r.ours_ms for r in rows]),
@@ -87,12 +91,17 @@ def main():
     ap.add_argument("--finalists", type=int, default=3,
                     help="re-time this many of the fastest configurations side by side and "
                          "report the best ratio among them")
+    ap.add_argument("--retime", default=None,
+                    help="comma-separated porter.db files of earlier runs: re-time their jobs' "
+                         "fastest configurations instead of tuning")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    store = open_store(f"sqlite:///{out / 'porter.db'}")
     bw = copy_gbps()
     print(f"device-to-device copy: {bw:.0f} GB/s", flush=True)
+    if args.retime:
+        return retime(args, bw)
+    store = open_store(f"sqlite:///{out / 'porter.db'}")
     table = []
     for name in args.only.split(","):
         cfg = dict(JOBS[name])
@@ -107,6 +116,83 @@ def main():
             (out / f"results_{name}.json").write_text(json.dumps(records, indent=1))
             print("\n".join(table[done:]), flush=True)
     print("\n".join(table))
+
+
+def retime(args, bw):
+    """Re-times the tuned jobs of earlier runs (porter.db files): their fastest configurations
+    side by side with the baseline, as a tuning run ends. For a changed timing protocol, without
+    tuning again."""
+    from porter.template import find_template
+    from porter.arch import get_arch
+    out = Path(args.out)
+    table, records = [], []
+    for db in args.retime.split(","):
+        store = open_store(f"sqlite:///{db}")
+        for info in sorted(store.list_jobs(1000), key=lambda j: j.id):
+            if args.only and info.template_name not in args.only.split(","):
+                continue
+            tpl, arch = find_template(info.template_name), get_arch(info.spec.arch)
+            trials = store.trials(info.id)
+            dev = next((t.device for t in trials if t.status == "measured"), {})
+            counts: dict[str, int] = {}
+            for t in trials:
+                counts[t.status] = counts.get(t.status, 0) + 1
+            stats = {"job": info.id, "db": str(db), "counts": counts, "trials": len(trials),
+                     "retimed": True}
+            records += finals(info.template_name, tpl, arch, info.spec.sizes, trials, stats,
+                              dev, args, bw, table)
+            (out / "results_retime.json").write_text(json.dumps(records, indent=1))
+            print(table[-1], flush=True)
+    print("\n".join(table))
+
+
+def finals(name, tpl, arch, sizes, trials, stats, dev, args, bw, table):
+    """The fastest few configurations of a tuning job timed again side by side with the
+    baseline (one measuring process per size); the best of those is timed once more, and that
+    confirmation is the figure. Returns DESIGN.md results records."""
+    records = []
+    for size in sizes:
+        def ms(t):
+            return next((m.ours_ms for m in t.measurements if tuple(m.size) == tuple(size)),
+                        float("inf"))
+        cands = sorted((t for t in trials if t.status == "measured"), key=ms)
+        be = GpuBackend(seed=123)
+        be.fresh_baseline = True
+        try:
+            # The tuning run's timings carry a percent or two of noise, so the fastest few are
+            # timed again side by side with the baseline.
+            fin = []
+            for t in cands[:max(1, args.finalists)]:
+                r, _ = side_by_side(tpl, arch, t.params, size, be=be)
+                if r is not None:
+                    fin.append((r, t))
+            if not fin:
+                continue
+            sel, best = max(fin, key=lambda f: f[0]["ratio"])
+            # The best of several noisy re-timings is biased upwards: the winner is timed once
+            # more, and that confirmation is the reported figure.
+            res, _ = side_by_side(tpl, arch, best.params, size, be=be)
+        finally:
+            be.close()
+        res = res or sel
+        res = {**res, "selection_ratio": sel["ratio"], "timing": "interleaved",
+               "finalists": [{"params": t.params, "tuning_ms": ms(t),
+                              "ratio": r["ratio"], "ours_ms": r["ours_ms"]}
+                             for r, t in fin]}
+        rec = {"template": name, "arch": arch.name, "gpu": dev.get("gpu", ""),
+               "driver": dev.get("driver", ""), "date": datetime.date.today().isoformat(),
+               "shape": list(size), "params": best.params, **res,
+               "nvrtc": dev.get("nvrtc", ""), "job": stats}
+        if tpl.op == "rmsnorm":
+            rec["copy_gbps"] = bw
+            rec["gbps_over_copy"] = res["gbps"] / bw
+        records.append(rec)
+        table.append(f"{name:10s} {'x'.join(map(str, size)):>16s} ours {res['ours_ms']:.4f} "
+                     f"ms  {res['baseline']} {res['baseline_ms']:.4f} ms  ratio "
+                     f"{res['ratio']:.3f}" + (f"  {res['gbps']:.0f} GB/s ({res['gbps']/bw:.2f}"
+                                               " of copy)" if tpl.op == "rmsnorm" else
+                                               f"  {res['tflops'] or 0:.0f} TFLOP/s"))
+    return records
 
 
 def run_job(name, cfg, sizes, args, store, out, bw, table):
@@ -131,43 +217,7 @@ def run_job(name, cfg, sizes, args, store, out, bw, table):
     stats = {"job": job, "counts": summary.counts, "wall_s": summary.wall_s,
              "gpu_share": summary.gpu_share, "compiled": summary.compiled,
              "compile_core_s": summary.compile_s, "trials": len(trials)}
-    records = []
-    for size in spec.sizes:
-        def ms(t):
-            return next((m.ours_ms for m in t.measurements if m.size == tuple(size)),
-                        float("inf"))
-        cands = sorted((t for t in trials if t.status == "measured"), key=ms)
-        # The tuning run's timings carry a percent or two of noise, so the fastest few are timed
-        # again side by side with the baseline, and the best of those is the result.
-        finals = []
-        for t in cands[:max(1, args.finalists)]:
-            r, _ = side_by_side(tpl, arch, t.params, size)
-            if r is not None:
-                finals.append((r, t))
-        if not finals:
-            continue
-        sel, best = max(finals, key=lambda f: f[0]["ratio"])
-        # The best of several noisy re-timings is biased upwards: the winner is timed once
-        # more, side by side again, and that confirmation is the reported figure.
-        res, _ = side_by_side(tpl, arch, best.params, size)
-        res = res or sel
-        res = {**res, "selection_ratio": sel["ratio"],
-               "finalists": [{"params": t.params, "tuning_ms": ms(t),
-                              "ratio": r["ratio"], "ours_ms": r["ours_ms"]}
-                             for r, t in finals]}
-        rec = {"template": name, "arch": arch.name, "gpu": dev.get("gpu", ""),
-               "driver": dev.get("driver", ""), "date": datetime.date.today().isoformat(),
-               "shape": list(size), "params": best.params, **res,
-               "nvrtc": dev.get("nvrtc", ""), "job": stats}
-        if tpl.op == "rmsnorm":
-            rec["copy_gbps"] = bw
-            rec["gbps_over_copy"] = res["gbps"] / bw
-        records.append(rec)
-        table.append(f"{name:10s} {'x'.join(map(str, size)):>16s} ours {res['ours_ms']:.4f} "
-                     f"ms  {res['baseline']} {res['baseline_ms']:.4f} ms  ratio "
-                     f"{res['ratio']:.3f}" + (f"  {res['gbps']:.0f} GB/s ({res['gbps']/bw:.2f}"
-                                               " of copy)" if tpl.op == "rmsnorm" else
-                                               f"  {res['tflops'] or 0:.0f} TFLOP/s"))
+    records = finals(name, tpl, arch, spec.sizes, trials, stats, dev, args, bw, table)
     if name == "planted":
         records.append({"template": name, "statuses": {t.config_key: t.status
                                                        for t in trials}, "job": stats})

@@ -113,6 +113,36 @@ class Child:
         self.busy_ms += sum(times) + 2 * est_ms
         return times
 
+    def time_interleaved(self, fns) -> list[list[float]]:
+        """Several functions timed in turn inside every repeat (each after an L2 flush, the
+        order rotating from repeat to repeat), so clock and power changes during the run fall on
+        all of them alike: the fair way to take a ratio on a power-limited GPU."""
+        cp = self.cp
+        est = []
+        for fn in fns:
+            fn()
+            cp.cuda.Device().synchronize()
+            t0 = time.perf_counter()
+            fn()
+            cp.cuda.Device().synchronize()
+            est.append(max((time.perf_counter() - t0) * 1e3, 1e-3))
+        reps = int(min(self.opts["max_repeats"],
+                       max(self.opts["min_repeats"], self.opts["target_ms"] / sum(est))))
+        n = len(fns)
+        events = [[(cp.cuda.Event(), cp.cuda.Event()) for _ in range(reps)] for _ in fns]
+        for i in range(reps):
+            for j in range(n):
+                k = (i + j) % n
+                self.flush.fill(i)
+                events[k][i][0].record()
+                fns[k]()
+                events[k][i][1].record()
+        events[-1][-1][1].synchronize()
+        cp.cuda.Device().synchronize()
+        times = [[cp.cuda.get_elapsed_time(a, b) for a, b in ev] for ev in events]
+        self.busy_ms += sum(map(sum, times)) + 2 * sum(est)
+        return times
+
     def state(self, op, size):
         key = (op.name, tuple(size))
         if key not in self.states:
@@ -182,10 +212,17 @@ class Child:
                 return {"status": "wrong_result", "message": "the kernel left its workspace "
                         "dirty (it must leave it zeroed)"}
             if job.get("fresh_baseline"):
-                self.baseline.pop((op.name, size), None)
-            base = self.baseline_ms(op, size, state)
-            base_name, base_ms = base if base else ("", None)
-            times = self.time_fn(launch)
+                # ours and every baseline interleaved repeat by repeat (side-by-side figures)
+                bases = op.baselines(state)
+                all_times = self.time_interleaved([launch, *bases.values()])
+                times = all_times[0]
+                meds = {name: statistics.median(t) for name, t in zip(bases, all_times[1:])}
+                base_name = min(meds, key=meds.get) if meds else ""
+                base_ms = meds.get(base_name)
+            else:
+                base = self.baseline_ms(op, size, state)
+                base_name, base_ms = base if base else ("", None)
+                times = self.time_fn(launch)
             ms = statistics.median(times)
             q = statistics.quantiles(times, n=10) if len(times) >= 10 else [ms, ms]
             measurements.append({
