@@ -133,6 +133,10 @@ VARIANTS.update({
     "v4_small_e1_s8": dict(_SMALL, STAGES=8),
     "v4_e2_s3_again": dict(_BEST, EPI=2, STAGES=3),
     "v4_best_e1_again": _BEST,
+    "v4_e3_s4_sk2": dict(_BEST, EPI=3, STREAMK=2),
+    "v4_e3_s4_sk2_g8": dict(_BEST, EPI=3, STREAMK=2, GROUP_M=8),
+    "v4_e2_s3_sk2": dict(_BEST, EPI=2, STAGES=3, STREAMK=2),
+    "v4_e3_s4_again": dict(_BEST, EPI=3),
 })
 
 SIZES = [(4096, 4096, 4096), (8192, 8192, 8192), (2999, 4001, 4104)]

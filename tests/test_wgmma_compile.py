@@ -34,6 +34,8 @@ CONFIGS = [
          SPLITK=1, STREAMK=0, SWAP=0),
     dict(BM=128, BN=192, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=8, PERSIST=1, CLUSTER=1, EPI=3,
          SPLITK=1, STREAMK=1, SWAP=0),
+    dict(BM=128, BN=256, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=16, PERSIST=1, CLUSTER=1, EPI=3,
+         SPLITK=1, STREAMK=2, SWAP=0),
 ]
 SMALL = (16, 8192, 8192)
 
@@ -122,6 +124,10 @@ def test_constraints_reject_oversized_configs():
     assert not _feasible(tpl, {**small, "STREAMK": 1}, size=SMALL)
     assert not _feasible(tpl, {**base, "STREAMK": 1}, size=(128 * 132, 256, 4096))
     assert not _feasible(tpl, {**base, "STREAMK": 1, "CLUSTER": 2})     # it spills
+    # stream-K of the last wave alone: 512 tiles leave 116 of 132 SMs busy (taken); 3584 tiles
+    # (4096 x 28672) leave 20 (a tile would be summed from 7 runs: refused)
+    assert _feasible(tpl, {**base, "STREAMK": 2})
+    assert not _feasible(tpl, {**base, "STREAMK": 2}, size=(4096, 28672, 8192))
     # swapped operands (C^T = B A^T): small M only, plain epilogue, no cluster; BN < 64 only so
     swap = {**base, "BM": 64, "BN": 16, "CONSUMERS": 1, "SWAP": 1}
     assert _feasible(tpl, swap, size=SMALL)

@@ -20,7 +20,8 @@
 // Work items (Sched below) are a tile and a range of k-tiles. SPLITK > 1 cuts every tile's K
 // into SPLITK equal ranges (small M: more CTAs than tiles). STREAMK=1 keeps whole tiles for all
 // but the last one to two waves and deals those out as equal runs of k-tiles over every CTA, so
-// no SM idles in a ragged last wave. A tile computed in parts is reduced in the workspace
+// no SM idles in a ragged last wave; STREAMK=2 shares out only the ragged last wave (runs
+// shorter than a tile, fewer partial tiles). A tile computed in parts is reduced in the workspace
 // (fp32 partial tiles, then one u32 counter per tile): every part counts itself in first; all
 // but the last store their accumulators (16-byte stores) and count themselves as stored; the
 // last waits for those stores (their CTAs have counted in, so they are running and never wait),
@@ -395,6 +396,7 @@ struct Sched {
   static __device__ __forceinline__ int dp_end(int ntiles) {
     if (!STREAMK) return ntiles * SPLITK;
     const int waves = ntiles / ncl();
+    if (STREAMK == 2) return waves * ncl();     // only the ragged last wave is shared out
     return (ntiles % ncl() == 0) ? ntiles : (waves >= 2 ? (waves - 1) * ncl() : 0);
   }
   // stream-K: the k-tiles of the remaining tiles, in runs of sk_len per CTA
