@@ -74,6 +74,9 @@ class Template:
     rtol: float | None = None
     allow_spills: bool = False
     seeds: tuple = ()                              # [[seeds]]: known-good partial configurations
+    # bytes at the start of the workspace that must be zero again when the kernel ends (flags,
+    # counters); None: all of it. The rest is scratch the kernel fully writes before it reads.
+    workspace_clean: Expr | None = None
     source_hash: str = field(default="", compare=False)
 
     # ---- parameters and configurations -------------------------------------------------
@@ -161,6 +164,13 @@ class Template:
 
     def workspace_bytes(self, config, arch: Arch, size) -> int:
         return int(self.workspace(self.env(config, arch, size)))
+
+    def workspace_clean_bytes(self, config, arch: Arch, size) -> int:
+        """How much of the workspace, from its start, the kernel must leave zeroed."""
+        total = self.workspace_bytes(config, arch, size)
+        if self.workspace_clean is None:
+            return total
+        return min(total, int(self.workspace_clean(self.env(config, arch, size))))
 
     def defines(self, config: Mapping[str, Any], arch: Arch) -> list[str]:
         opts = [f"-D{k}={int(v) if isinstance(v, bool) else v}" for k, v in config.items()]
@@ -268,7 +278,9 @@ def load_template(folder: str | Path) -> Template:
                                                                     "launch.block", 3),
         smem=Expr(launch.get("smem", 0)), cluster=_exprs(launch.get("cluster", [1]),
                                                          "launch.cluster", 3),
-        workspace=Expr(launch.get("workspace", 0)), metrics=metrics, tensor_maps=tuple(tmaps),
+        workspace=Expr(launch.get("workspace", 0)),
+        workspace_clean=Expr(launch["workspace_clean"]) if "workspace_clean" in launch else None,
+        metrics=metrics, tensor_maps=tuple(tmaps),
         rtol=verify.get("rtol"), allow_spills=bool(resources.get("allow_spills", False)),
         seeds=tuple(dict(x) for x in seeds),
         source_hash=hashlib.sha256((source + repr(raw)).encode()).hexdigest()[:16],
@@ -288,6 +300,8 @@ def _check_names(tpl: Template) -> None:
     exprs += [("launch.grid", e) for e in tpl.grid] + [("launch.block", e) for e in tpl.block]
     exprs += [("launch.cluster", e) for e in tpl.cluster]
     exprs += [("launch.smem", tpl.smem), ("launch.workspace", tpl.workspace)]
+    if tpl.workspace_clean is not None:
+        exprs.append(("launch.workspace_clean", tpl.workspace_clean))
     exprs += [(f"metrics.{k}", e) for k, e in tpl.metrics.items()]
     exprs += [("tensor_maps.box", e) for tm in tpl.tensor_maps for e in tm.box]
     for where, e in exprs:

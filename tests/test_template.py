@@ -79,3 +79,23 @@ def test_static_check_rejects_what_cannot_fit(tmp_path):
     why = static_check(t, a, {"MODE": 0, "THREADS": 128}, [(64, 64)])
     assert "shared memory" in why
     assert static_check(t, get_arch("sm_90a"), {"MODE": 0, "THREADS": 128}, [(64, 64)]) is None
+
+
+def test_workspace_clean_is_a_prefix_of_the_workspace(tmp_path):
+    def edit(s):
+        return s.replace("[launch]", '[launch]\nworkspace = "THREADS * 8"\n'
+                                     'workspace_clean = "THREADS * 4 if MODE == 0 else 0"', 1)
+    t = load_template(copy_planted(tmp_path, edit))
+    arch, size = ARCHS["sm_90a"], (64, 128)
+    cfg = {"MODE": 0, "THREADS": 64}
+    assert t.workspace_bytes(cfg, arch, size) == 512
+    assert t.workspace_clean_bytes(cfg, arch, size) == 256
+    assert t.workspace_clean_bytes({**cfg, "MODE": 1}, arch, size) == 0
+    # without it, all of the workspace must be left zeroed
+    t = load_template(copy_planted(tmp_path / "b", lambda s: s.replace(
+        "[launch]", '[launch]\nworkspace = "THREADS * 8"', 1)))
+    assert t.workspace_clean_bytes(cfg, arch, size) == 512
+    d = copy_planted(tmp_path / "c", lambda s: s.replace(
+        "[launch]", '[launch]\nworkspace = "8"\nworkspace_clean = "BOGUS"', 1))
+    with pytest.raises(TemplateError, match="BOGUS"):
+        load_template(d)

@@ -80,11 +80,17 @@ def test_split_geometry_and_workspace():
     L = tpl.launch(sk, SM90A, (4096, 4096, 4096))
     assert L.grid == (132, 1, 1)
     assert tpl.workspace_bytes(sk, SM90A, (4096, 4096, 4096)) == 2 * 132 * 128 * 256 * 4 + 512 * 4
+    # only the counters (first, padded to 256 bytes) must be left zeroed; the slots are scratch
+    assert tpl.workspace_clean_bytes(sk, SM90A, (4096, 4096, 4096)) == 512 * 4
+    assert tpl.workspace_clean_bytes(sk, SM90A, (3000, 4000, 4104)) == 24 * 16 * 4
+    assert tpl.workspace_clean_bytes(sk, SM90A, (1000, 1000, 4096)) == 256    # 32 counters, padded
+    assert tpl.workspace_clean_bytes(CONFIGS[1], SM90A, (4096, 4096, 4096)) == 0
     # split-K multiplies the work units (64 tiles x 4 parts), the persistent grid caps them
     L = tpl.launch(split, SM90A, SMALL)
     assert L.grid == (132, 1, 1)
     assert tpl.launch({**split, "PERSIST": 0}, SM90A, SMALL).grid == (64 * 4, 1, 1)
     assert tpl.workspace_bytes(split, SM90A, SMALL) == 64 * 4 * 64 * 128 * 4 + 64 * 4
+    assert tpl.workspace_clean_bytes(split, SM90A, SMALL) == 256          # 64 counters
     # swapped: tiles run over N (rows, BM) and M (columns, BN); A's box spans BN rows, B's BM
     swap = CONFIGS[7]
     assert tpl.launch(swap, SM90A, SMALL).grid == (128, 1, 1)           # 8192 / 64 x 16 / 16

@@ -117,6 +117,7 @@ class GpuBackend(Backend):
                 "size": tuple(size), "grid": launch.grid, "block": launch.block,
                 "smem": launch.smem, "cluster": launch.cluster,
                 "workspace": template.workspace_bytes(config, arch, size),
+                "workspace_clean": template.workspace_clean_bytes(config, arch, size),
                 "flops": template.metric("flops", config, arch, size),
                 "bytes": template.metric("bytes", config, arch, size),
                 "tensor_maps": [(tm.buffer, tuple(int(b(env)) for b in tm.box), tm.swizzle)

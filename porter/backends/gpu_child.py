@@ -208,7 +208,8 @@ class Child:
             if not err <= rtol:
                 return {"status": "wrong_result", "message": f"size {'x'.join(map(str, size))}"
                         f": relative error {err:.3g} > {rtol:g}"}
-            if s["workspace"] and bool(ws.any()):
+            clean = s.get("workspace_clean", s["workspace"])
+            if clean and bool(ws[:clean].any()):
                 return {"status": "wrong_result", "message": "the kernel left its workspace "
                         "dirty (it must leave it zeroed)"}
             if job.get("fresh_baseline"):

@@ -22,11 +22,11 @@
 // but the last one to two waves and deals those out as equal runs of k-tiles over every CTA, so
 // no SM idles in a ragged last wave; STREAMK=2 shares out only the ragged last wave (runs
 // shorter than a tile, fewer partial tiles). A tile computed in parts is reduced in the workspace
-// (fp32 partial tiles, then one u32 counter per tile): every part counts itself in first; all
+// (one u32 counter per tile, then fp32 partial tiles): every part counts itself in first; all
 // but the last store their accumulators (16-byte stores) and count themselves as stored; the
 // last waits for those stores (their CTAs have counted in, so they are running and never wait),
-// adds them to its own accumulators, writes C and leaves zeros behind (the workspace is zero
-// between launches).
+// adds them to its own accumulators, writes C and zeroes the counter (the counters are zero
+// between launches: [launch] workspace_clean; the slots are scratch, written before read).
 #include "porter.cuh"
 
 struct alignas(64) CUtensorMap { uint64_t opaque[16]; };
@@ -613,9 +613,11 @@ gemm_wgmma(const bf16_t* __restrict__ A, const bf16_t* __restrict__ B, bf16_t* _
         // Count in first: the part that counts last keeps its accumulators and adds the
         // others' partial tiles once they are stored; the others store and leave.
         const int ctile = tm * tiles_n + tn;
-        const size_t nslots = STREAMK ? 2 * (size_t)gridDim.x : (size_t)ntiles * SPLITK * CLUSTER;
-        float4* slots = reinterpret_cast<float4*>(workspace);
-        uint32_t* counter = reinterpret_cast<uint32_t*>(workspace) + nslots * (BM * BN) + ctile;
+        // workspace: a u32 counter per tile (zero between launches), padded to 256 bytes, then
+        // the fp32 partial-tile slots (scratch: always written before they are read)
+        const size_t cbytes = ((size_t)tiles_m * CLUSTER * tiles_n * 4 + 255) & ~(size_t)255;
+        float4* slots = reinterpret_cast<float4*>(reinterpret_cast<char*>(workspace) + cbytes);
+        uint32_t* counter = reinterpret_cast<uint32_t*>(workspace) + ctile;
         const size_t lane_off = (size_t)c * (MT * (BN / 8) * 128) + tid;   // float4 units
         if (threadIdx.x == 128) {
           const uint32_t arrived = atomicAdd(counter, 1u) & 0xFFFFu;
@@ -661,7 +663,6 @@ gemm_wgmma(const bf16_t* __restrict__ A, const bf16_t* __restrict__ B, bf16_t* _
             for (int j = 0; j < BN / 8; ++j) {
               float4* pq = src + (size_t)(mt * (BN / 8) + j) * 128;
               const float4 v = __ldcg(pq);
-              __stcg(pq, make_float4(0.f, 0.f, 0.f, 0.f));   // leave the workspace as found
               acc[mt][4 * j] += v.x;
               acc[mt][4 * j + 1] += v.y;
               acc[mt][4 * j + 2] += v.z;
