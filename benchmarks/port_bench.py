@@ -89,8 +89,8 @@ def main():
     ap.add_argument("--sampler", default="auto")
     ap.add_argument("--sizes", default=None, help="comma-separated sizes instead of the job's")
     ap.add_argument("--finalists", type=int, default=3,
-                    help="re-time this many of the fastest configurations side by side and "
-                         "report the best ratio among them")
+                    help="re-time this many of the fastest configurations side by side, pick "
+                         "the best ratio among them and time that one once more (the figure)")
     ap.add_argument("--retime", default=None,
                     help="comma-separated porter.db files of earlier runs: re-time their jobs' "
                          "fastest configurations instead of tuning")
@@ -142,7 +142,8 @@ def retime(args, bw):
             records += finals(info.template_name, tpl, arch, info.spec.sizes, trials, stats,
                               dev, args, bw, table)
             (out / "results_retime.json").write_text(json.dumps(records, indent=1))
-            print(table[-1], flush=True)
+            if table:
+                print(table[-1], flush=True)
     print("\n".join(table))
 
 

@@ -1,14 +1,10 @@
-"""The dashboard at scale: 100 jobs and 50,000 trials (synthetic rows, bulk-inserted with
-SQLAlchemy core; two measured sizes per measured trial). Every page must render in under 2 s
-(AppTest, after one warm-up render for imports). The figures are printed and written to
-benchmarks/results/dashboard_scale.json."""
+"""The dashboard with 100 jobs and 50,000 trials (the synthetic data of
+benchmarks/dashboard_scale.py, which times the same renders and writes
+benchmarks/results/dashboard_scale.json): every page renders without an error and shows what
+the data holds. No timing here: the benchmark measures it."""
 from __future__ import annotations
 
-import datetime
-import json
-import platform
-import random
-import time
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -17,103 +13,31 @@ pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-APP = str(ROOT / "dashboard" / "app.py")
-RESULTS = ROOT / "benchmarks" / "results" / "dashboard_scale.json"
-N_JOBS, N_TRIALS = 100, 50_000
-LIMIT_S = 2.0
-STATUSES = ["measured"] * 7 + ["compile_failed", "resource_rejected", "infeasible"]
+_spec = importlib.util.spec_from_file_location("dashboard_scale",
+                                               ROOT / "benchmarks" / "dashboard_scale.py")
+scale = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(scale)
 
 
-def fill(url: str) -> dict:
-    """Bulk-inserts the jobs, trials and measurements; returns {job id: template}."""
-    from sqlalchemy import insert
-
-    from db.engine import get_engine, normalize_url
-    from db.models import Job, Measurement, Template, Trial
-    from porter.jobs import template_record
-    from porter.store import open_store
-    from porter.template import find_template
-
-    open_store(url)
-    rng = random.Random(0)
-    engine = get_engine(normalize_url(url))
-    tpls = {n: find_template(n) for n in ("gemm_mma", "rmsnorm")}
-    archs = ["sm_80", "sm_86", "sm_89", "sm_90a", "sm_100a"]
-    now = time.time()
-    per_job = N_TRIALS // N_JOBS
-    jobs, trials, meas = [], [], []
-    with engine.begin() as conn:
-        for t in tpls.values():
-            src, space = template_record(t)
-            conn.execute(insert(Template).values(source_hash=t.source_hash, name=t.name,
-                                                 version=t.version, source=src,
-                                                 space_text=space, created_at=now))
-        for j in range(1, N_JOBS + 1):
-            t = tpls["gemm_mma" if j % 2 else "rmsnorm"]
-            arch = archs[j % len(archs)]
-            status = "running" if j > N_JOBS - 3 else "done"
-            spec = {"template": t.name, "arch": arch, "backend": "synthetic", "sampler": "auto",
-                    "seed": 0, "trials": per_job, "minutes": None, "replay": None,
-                    "from_arch": None, "from_job": None,
-                    "sizes": [list(s) for s in t.default_sizes[:2]]}
-            jobs.append(dict(id=j, spec=spec, template_name=t.name, template_hash=t.source_hash,
-                             arch=arch, status=status, message="synthetic (scale test)",
-                             created_at=now - 3600, started_at=now - 3600,
-                             finished_at=None if status == "running" else now,
-                             study_name=f"porter-job-{j}", cancel_requested=False))
-            for n in range(per_job):
-                tid = len(trials) + 1
-                st = rng.choice(STATUSES)
-                params = {p: rng.choice(v) for p, v in t.params.items()}
-                obj = rng.lognormvariate(0.3, 0.3) if st == "measured" else None
-                trials.append(dict(
-                    id=tid, job_id=j, number=n, params=params, status=st, backend="synthetic",
-                    config_key=",".join(str(v) for v in params.values()), objective=obj,
-                    message="synthetic", compile_log="error: synthetic" if st ==
-                    "compile_failed" else "", registers=rng.randint(32, 255),
-                    smem_bytes=rng.randint(0, 200_000), spill_bytes=0, stack_frame=0,
-                    compile_seconds=1.0, device={"gpu": "synthetic"}, started_at=now - 3600 + n,
-                    finished_at=now - 3600 + n + 1, worker="synthetic"))
-                if st == "measured":
-                    for s in t.default_sizes[:2]:
-                        ours = rng.uniform(0.1, 3.0)
-                        meas.append(dict(trial_id=tid, size="x".join(map(str, s)),
-                                         ours_ms=ours, ours_spread=0.01, baseline="synthetic",
-                                         baseline_ms=ours / obj, ratio=1 / obj))
-        conn.execute(insert(Job), jobs)
-        conn.execute(insert(Trial), trials)
-        conn.execute(insert(Measurement), meas)
-    return {"jobs": len(jobs), "trials": len(trials), "measurements": len(meas)}
-
-
-def test_every_page_renders_in_under_two_seconds(tmp_path, monkeypatch):
+def test_every_page_renders_the_large_database(tmp_path, monkeypatch):
     url = f"sqlite:///{tmp_path / 'scale.db'}"
-    t0 = time.perf_counter()
-    counts = fill(url)
-    fill_s = time.perf_counter() - t0
+    counts = scale.fill(url)
+    assert counts["jobs"] == scale.N_JOBS and counts["trials"] == scale.N_TRIALS
     monkeypatch.setenv("PORTER_DB_URL", url)
-    AppTest.from_file(APP, default_timeout=60).run()   # imports (plotly, pandas) once
-    pages = {"jobs": {}, "job": {"job": 1}, "best": {}, "compare": {}, "submit": {}}
-    figures = {}
-    for page, query in pages.items():
-        at = AppTest.from_file(APP, default_timeout=60)
-        at.query_params["page"] = page
-        for k, v in query.items():
-            at.query_params[k] = str(v)
-        t = time.perf_counter()
-        at.run()
-        figures[page] = round(time.perf_counter() - t, 3)
-        assert not at.exception, [e.value for e in at.exception]
+    AppTest.from_file(scale.APP, default_timeout=60).run()   # imports (plotly, pandas) once
+    for page, query in scale.PAGES.items():
+        at, _ = scale.render(page, query)
+        assert not at.exception, (page, [e.value for e in at.exception])
         assert at.title[0].value
         if page == "jobs":   # three synthetic jobs are running: the table refreshes itself
             assert any("refreshing every" in c.value for c in at.caption)
-    print(f"\nfilled {counts} in {fill_s:.1f} s; render seconds: {figures}")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({
-        "benchmark": "dashboard page render time (Streamlit AppTest, one script run)",
-        "date": datetime.datetime.now().isoformat(timespec="seconds"),
-        "host": platform.node(), "python": platform.python_version(),
-        "database": "SQLite (file)", "data": dict(counts, synthetic=True),
-        "limit_s": LIMIT_S, "render_s": figures}, indent=1) + "\n")
-    slow = {p: s for p, s in figures.items() if s >= LIMIT_S}
-    assert not slow, f"pages slower than {LIMIT_S} s: {slow}"
+            assert len(at.dataframe[0].value) == scale.N_JOBS
+        if page == "job":    # job 1's counts, and its best trials fastest first
+            from porter.store import open_store
+            trials = open_store(url).trials(1)
+            metrics = {m.label: m.value for m in at.metric}
+            assert metrics["trials"] == str(len(trials)) == str(scale.N_TRIALS // scale.N_JOBS)
+            assert metrics["measured"] == str(sum(t.status == "measured" for t in trials))
+            best = at.dataframe[0].value
+            assert set(best["status"]) == {"measured"}
+            assert best["objective"].is_monotonic_increasing
