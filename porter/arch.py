@@ -1,6 +1,7 @@
 """The architecture table: one row per target, limits and features as data."""
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from .errors import ArchError
@@ -30,7 +31,12 @@ class Arch:
         return feature in self.features
 
     def limits(self) -> dict[str, int]:
-        """The names a space file's expressions can use to refer to this architecture."""
+        """The names a space file's expressions can use to refer to this architecture (a
+        fresh copy: callers may change it)."""
+        return dict(self._limits())
+
+    @functools.cache
+    def _limits(self) -> dict[str, int]:
         return {
             "arch_cc": self.cc[0] * 10 + self.cc[1],
             "arch_smem_per_block": self.smem_per_block,

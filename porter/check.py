@@ -11,18 +11,19 @@ MAX_GRID_YZ = 65535
 
 def static_check(template: Template, arch: Arch, config: dict, sizes) -> str | None:
     """None if the configuration may be compiled and run at every size, else the reason."""
+    envs = [(size, template.env(config, arch, size)) for size in sizes or [None]]
     for c in template.constraints:
-        for size in sizes or [None]:
+        for size, env in envs:
             try:
-                ok = c(template.env(config, arch, size))
+                ok = c(env)
             except ZeroDivisionError:
                 ok = False
             if not ok:
                 at = "" if size is None or not (c.names & set(template.size_names)) else \
                     f" at size {'x'.join(map(str, size))}"
                 return f"constraint {c.text!r} fails{at}"
-    for size in sizes:
-        launch = template.launch(config, arch, size)
+    for size, env in envs if sizes else ():
+        launch = template.launch(config, arch, size, env)
         if launch.threads > arch.max_threads_per_block:
             return f"{launch.threads} threads per block > {arch.max_threads_per_block}"
         if launch.threads <= 0 or min(launch.grid) <= 0:
@@ -36,6 +37,34 @@ def static_check(template: Template, arch: Arch, config: dict, sizes) -> str | N
         if max(launch.grid[1:]) > MAX_GRID_YZ:
             return f"grid {launch.grid} exceeds {MAX_GRID_YZ} in y or z"
     return None
+
+
+def prefix_check(template: Template, arch: Arch, sizes):
+    """For enumerating the space: prefix_ok(k, prefix), False where a constraint that reads only
+    the first k + 1 parameters (and sizes and architecture limits) fails at some size, so that
+    every configuration starting so is infeasible (static_check still judges the survivors)."""
+    names = template.param_names
+    fixed = set(template.size_names) | set(arch.limits())
+    at_depth: list[list] = [[] for _ in names]
+    for c in template.constraints:
+        need = c.names - fixed
+        if need <= set(names):
+            at_depth[max((names.index(n) for n in need), default=0)].append(c)
+    bases = [template.env({}, arch, size) for size in sizes or [None]]
+
+    def prefix_ok(k: int, prefix: dict) -> bool:
+        if not at_depth[k]:
+            return True
+        for base in bases:
+            env = {**base, **prefix}
+            for c in at_depth[k]:
+                try:
+                    if not c(env):
+                        return False
+                except ZeroDivisionError:
+                    return False
+        return True
+    return prefix_ok
 
 
 def resource_check(template: Template, arch: Arch, config: dict, compiled: CompileResult,

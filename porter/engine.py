@@ -12,7 +12,7 @@ from typing import Callable
 
 from .arch import Arch
 from .backends.base import Backend, Outcome
-from .check import resource_check, static_check
+from .check import prefix_check, resource_check, static_check
 from .compile import CompileResult, compile_variant, nvrtc_version
 from .records import JobSpec, TrialRecord
 from .search import Searcher, SearchSpace
@@ -77,7 +77,8 @@ class Engine:
             static_check(self.template, self.arch, cfg, sizes) is None
 
     def searcher(self, job_id: int, spec: JobSpec, warm_start=(), prior=()) -> Searcher:
-        space = SearchSpace(self.template.params, self.feasible(spec.sizes))
+        space = SearchSpace(self.template.params, self.feasible(spec.sizes),
+                            prefix_check(self.template, self.arch, spec.sizes))
         return Searcher(space, spec.sampler, spec.seed, storage=self.store.optuna_storage(),
                         study_name=self.store.get_job(job_id).study_name or f"job-{job_id}",
                         warm_start=warm_start, prior=prior)

@@ -1,8 +1,12 @@
 """A safe evaluator for the expressions in space files.
 
-Template text never reaches Python's eval: expressions are parsed with `ast` and walked over a
-whitelist of node types (arithmetic, comparison, boolean logic, conditional expression, calls to a
-fixed table of functions). Names resolve only against the mapping passed in.
+Template text never reaches Python's eval: expressions are parsed with `ast` and checked
+against a whitelist of node types (arithmetic, comparison, boolean logic, conditional expression,
+calls to a fixed table of functions). A checked tree is then compiled (the tree, not the text)
+and run with no builtins, its free names resolving only against the mapping passed in: that
+made enumerating a large space (gemm_wgmma: 829,440 configurations, every constraint) some ten
+times faster than walking the tree. Trees with `**` are walked instead (the walk bounds the
+exponent), and any failure of a compiled run is replayed by the walk for its error message.
 """
 from __future__ import annotations
 
@@ -42,20 +46,37 @@ _UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Not: operator.not_
           ast.Invert: operator.invert}
 
 
+_GLOBALS = {"__builtins__": {}, **FUNCTIONS}
+
+
 class Expr:
     """A parsed expression: `names` are the free names it reads."""
 
-    __slots__ = ("text", "_tree", "names")
+    __slots__ = ("text", "_tree", "names", "_code")
 
     def __init__(self, text: str | int | float):
         self.text = str(text)
         try:
-            self._tree = ast.parse(self.text.strip(), mode="eval").body
+            tree = ast.parse(self.text.strip(), mode="eval")
         except SyntaxError as e:
             raise TemplateError(f"cannot parse expression {self.text!r}: {e.msg}") from None
+        self._tree = tree.body
         self.names = frozenset(_check(self._tree, self.text))
+        pow_free = not any(isinstance(n, ast.Pow) for n in ast.walk(tree))
+        self._code = compile(tree, "<space>", "eval") if pow_free else None
+
+    def __getstate__(self):      # code objects do not pickle: templates go to compile workers
+        return self.text
+
+    def __setstate__(self, text):
+        self.__init__(text)
 
     def __call__(self, env: Mapping[str, Any]) -> Any:
+        if self._code is not None:
+            try:
+                return eval(self._code, _GLOBALS, env)  # noqa: S307 - a whitelisted tree
+            except Exception:  # noqa: BLE001 - the walk gives the same result or a clear error
+                pass
         return _eval(self._tree, env, self.text)
 
     def __repr__(self) -> str:

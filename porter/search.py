@@ -30,7 +30,7 @@ import itertools
 import math
 import random
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 import optuna
@@ -50,6 +50,9 @@ Key = tuple   # a configuration as its values in parameter order
 class SearchSpace:
     params: Mapping[str, tuple]          # ordered name -> values (numbers or strings)
     is_feasible: Callable[[dict], bool]  # static check (constraints); cheap
+    # optional, for enumerating: prefix_ok(k, prefix) is False where the first k + 1 parameters
+    # (in order, as a dict) already break a constraint, so no completion is feasible
+    prefix_ok: Callable[[int, dict], bool] | None = None
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -61,6 +64,27 @@ class SearchSpace:
     def contains(self, config: Mapping[str, Any]) -> bool:
         return set(config) == set(self.params) and \
             all(config[n] in vals for n, vals in self.params.items())
+
+    def candidates(self) -> Iterator[Key]:
+        """Every configuration, in itertools.product order, less the subtrees prefix_ok cuts
+        (what is left still needs is_feasible)."""
+        values = [tuple(v) for v in self.params.values()]
+        if self.prefix_ok is None:
+            yield from itertools.product(*values)
+            return
+        names, last = self.names, len(values) - 1
+
+        def walk(k: int, prefix: dict, key: tuple):
+            for v in values[k]:
+                prefix[names[k]] = v
+                if not self.prefix_ok(k, prefix):
+                    continue
+                if k == last:
+                    yield key + (v,)
+                else:
+                    yield from walk(k + 1, prefix, key + (v,))
+            del prefix[names[k]]
+        yield from walk(0, {}, ())
 
 
 def _numeric(values: tuple) -> bool:
@@ -311,8 +335,7 @@ class _OptunaProposer:
         if s.space.size() > MAX_ENUMERATE:
             return None
         if self.enumerated is None:
-            self.enumerated = [k for k in itertools.product(*s.space.params.values())
-                               if s._feasible(k)]
+            self.enumerated = [k for k in s.space.candidates() if s._feasible(k)]
         unseen = [k for k in self.enumerated if not s._is_seen(k)]
         if not unseen:
             return None
@@ -407,7 +430,7 @@ class _Auto:
         if s.space.size() > MAX_ENUMERATE:
             self.feasible = []
             return
-        self.feasible = [k for k in itertools.product(*self.values) if s._feasible(k)]
+        self.feasible = [k for k in s.space.candidates() if s._feasible(k)]
         self.fset = set(self.feasible)
 
     def proposed(self, key: Key) -> None:

@@ -145,14 +145,13 @@ class Template:
 
     # ---- static evaluation -------------------------------------------------------------
     def env(self, config: Mapping[str, Any], arch: Arch, size: tuple[int, ...] | None = None):
-        env: dict[str, Any] = dict(arch.limits())
-        if size is not None:
-            env.update(self.size_env(size))
-        env.update(config)
-        return env
+        if size is None:
+            return {**arch._limits(), **config}
+        return {**arch._limits(), **dict(zip(self.size_names, size)), **config}
 
-    def launch(self, config, arch: Arch, size: tuple[int, ...]) -> Launch:
-        env = self.env(config, arch, size)
+    def launch(self, config, arch: Arch, size: tuple[int, ...], env=None) -> Launch:
+        """env: this configuration's env at this size, if the caller has it already."""
+        env = self.env(config, arch, size) if env is None else env
         return Launch(grid=tuple(int(e(env)) for e in self.grid),
                       block=tuple(int(e(env)) for e in self.block),
                       smem=int(self.smem(env)),

@@ -28,3 +28,32 @@ def test_rejects_everything_outside_the_whitelist(text):
 def test_unknown_name_is_a_clear_error():
     with pytest.raises(TemplateError, match="names 'Q'"):
         Expr("Q + 1")({})
+
+
+def test_compiled_and_walked_evaluation_agree():
+    from porter.expr import _eval
+    texts = ["ceil_div(M, BM) * BN if SPLIT > 1 else min(M, 3) + max(1, 2)",
+             "X == 0 or 10 // X > 2", "1 < X <= 4 and is_pow2(X)", "X in (1, 2, 4)",
+             "not X or -X < 3", "round_up(M, 64) // 8 % 5", "M / 3 >= 2.5"]
+    for text in texts:
+        e = Expr(text)
+        assert e._code is not None
+        for env in ({"M": 100, "BM": 64, "BN": 8, "SPLIT": 2, "X": 0},
+                    {"M": 7, "BM": 3, "BN": 1, "SPLIT": 1, "X": 4}):
+            assert e(env) == _eval(e._tree, env, text), (text, env)
+
+
+def test_a_name_that_is_not_in_the_mapping_cannot_reach_python():
+    # no builtins in a compiled run: a free name never resolves to len, open, ...
+    with pytest.raises(TemplateError, match="names 'len'"):
+        Expr("len + 1")({})
+    with pytest.raises(TemplateError, match="names 'M'"):
+        Expr("ceil_div(M, 2)")({})
+    assert Expr("2 ** X")._code is None            # powers are walked: the walk bounds them
+    assert Expr("2 ** X")({"X": 10}) == 1024
+
+
+def test_expressions_pickle():
+    import pickle
+    e = pickle.loads(pickle.dumps(Expr("ceil_div(M, BM) * 2")))
+    assert e({"M": 100, "BM": 64}) == 4 and e.names == {"M", "BM"}

@@ -190,3 +190,26 @@ def test_prior_outside_the_space_is_ignored():
     s = Searcher(SPACE, "auto", seed=0, prior=prior)
     cfgs = drive(s)
     assert len(cfgs) == N_FEASIBLE and len(set(keys(cfgs))) == N_FEASIBLE
+
+
+@pytest.mark.parametrize("name,size", [("gemm_wgmma", (4096, 28672, 8192)),
+                                       ("gemm_wgmma", (16, 8192, 8200)),
+                                       ("gemm_mma", (4096, 4096, 4096)),
+                                       ("rmsnorm", (4096, 16384))])
+def test_pruned_enumeration_finds_the_same_feasible_set_in_the_same_order(name, size):
+    """The space's candidates skip subtrees a constraint already rules out; what they leave,
+    checked in full, is exactly the feasible part of the whole product, in product order."""
+    import itertools
+
+    from porter.arch import ARCHS
+    from porter.check import prefix_check, static_check
+    from porter.template import find_template
+    tpl, arch = find_template(name), ARCHS["sm_90a"]
+
+    def ok(k):
+        return static_check(tpl, arch, dict(zip(tpl.param_names, k)), [size]) is None
+    pruned = SearchSpace(tpl.params, ok, prefix_check(tpl, arch, [size]))
+    fast = [k for k in pruned.candidates() if ok(k)]
+    full = [k for k in itertools.product(*tpl.params.values()) if ok(k)]
+    assert fast == full and fast
+    assert sum(1 for _ in pruned.candidates()) < tpl.space_size()

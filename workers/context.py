@@ -12,7 +12,7 @@ from pathlib import Path
 
 from porter.arch import Arch, get_arch
 from porter.backends.base import Backend
-from porter.check import static_check
+from porter.check import prefix_check, static_check
 from porter.errors import PorterError
 from porter.records import JobSpec
 from porter.search import Searcher, SearchSpace
@@ -74,7 +74,8 @@ class JobContext:
             be = self.backend()
             tpl, arch, sizes = self.template, self.arch, self.sizes
             space = SearchSpace(tpl.params, lambda cfg: be.allows(cfg) and
-                                static_check(tpl, arch, cfg, sizes) is None)
+                                static_check(tpl, arch, cfg, sizes) is None,
+                                prefix_check(tpl, arch, sizes))
             seed = (self.spec.seed * 1_000_003 + zlib.crc32(salt.encode())) % 2**31
             self._searcher = Searcher(space, self.spec.sampler, seed, storage=self.storage,
                                       study_name=self.study_name,

@@ -166,7 +166,7 @@ def _finish(store, job_id: int, status: str, message: str = "") -> None:
 @app.task(bind=True, name="workers.tasks.drive_job", acks_late=True)
 def drive_job(self, job_id: int) -> str:
     from porter.arch import get_arch
-    from porter.check import static_check
+    from porter.check import prefix_check, static_check
     from porter.compile import nvrtc_version
     from porter.engine import MAX_INFEASIBLE_FACTOR, run_trial
     from porter.jobs import make_backend
@@ -199,7 +199,7 @@ def drive_job(self, job_id: int) -> str:
     warm = warm_start_configs(store, tpl.name, spec.from_arch, spec.from_job)
     prior = warm_start_prior(store, tpl.name, spec.from_arch, spec.from_job)
     space = SearchSpace(tpl.params, lambda c: backend.allows(c) and
-                        static_check(tpl, arch, c, sizes) is None)
+                        static_check(tpl, arch, c, sizes) is None, prefix_check(tpl, arch, sizes))
     for attempt in range(5):
         try:   # drivers starting together may race on creating the study: try again
             searcher = Searcher(space, spec.sampler, spec.seed, storage=store.optuna_storage(),
@@ -283,9 +283,10 @@ def prefetch_compiles(job_id: int) -> int:
     ends (nothing to do for backends that do not compile)."""
     from porter.arch import get_arch
     from porter.backends.base import CompileOnlyBackend
-    from porter.check import static_check
+    from porter.check import prefix_check, static_check
     from porter.compile import compile_variant
     from porter.jobs import make_backend
+    from porter.search import SearchSpace
     from porter.store import open_store
     from porter.template import find_template
 
@@ -303,7 +304,8 @@ def prefetch_compiles(job_id: int) -> int:
         if not backend.needs_compile:
             return 0
         sizes = list(spec.sizes)
-        configs = [c for c in tpl.iter_configs()
+        space = SearchSpace(tpl.params, backend.allows, prefix_check(tpl, arch, sizes))
+        configs = [c for c in (dict(zip(space.names, k)) for k in space.candidates())
                    if backend.allows(c) and static_check(tpl, arch, c, sizes) is None]
         random.Random(spec.seed + job_id).shuffle(configs)
         done = 0
