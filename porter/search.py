@@ -12,7 +12,8 @@ Proposals come from one of two places:
   the declared order (so TPE, CMA-ES and GP see the order; strings stay categorical). A repeat
   or a statically infeasible proposal is answered there (with the earlier result, or the worst
   result so far) and costs the caller nothing.
-- "auto" (the default): enumerates the feasible set (up to MAX_ENUMERATE configurations), never
+- "auto" (the default): enumerates the feasible set (up to MAX_ENUMERATE candidates left after
+  the space's pruning: `SearchSpace.candidates`), never
   proposes a configuration twice and only proposes feasible ones. After a few random
   configurations it mostly climbs: it tries unseen neighbours (one parameter moved one or two
   places in its value order) of the best configurations so far, and breeds children of them
@@ -40,7 +41,8 @@ from optuna.trial import TrialState
 from .errors import SpecError
 
 SAMPLERS = ("auto", "tpe", "random", "cmaes", "gp", "grid")
-MAX_ENUMERATE = 1_000_000     # the auto sampler enumerates spaces up to this many configurations
+MAX_ENUMERATE = 1_000_000     # the auto sampler enumerates up to this many candidates (left
+                              # after pruning, where the space can prune)
 _MAX_INNER = 64               # proposals an Optuna sampler may waste per ask (repeats, infeasible)
 
 Key = tuple   # a configuration as its values in parameter order
@@ -202,6 +204,19 @@ class Searcher:
     def _is_seen(self, key: Key) -> bool:
         return key in self._results or key in self._pending
 
+    def _feasible_list(self) -> list[Key] | None:
+        """The feasible configurations in product order; None where more than MAX_ENUMERATE
+        candidates are left to check (after the space's pruning, if it has any)."""
+        if self.space.prefix_ok is None and self.space.size() > MAX_ENUMERATE:
+            return None
+        out = []
+        for n, key in enumerate(self.space.candidates()):
+            if n >= MAX_ENUMERATE:
+                return None
+            if self._feasible(key):
+                out.append(key)
+        return out
+
     def _feasible(self, key: Key) -> bool:
         ok = self._feasible_cache.get(key)
         if ok is None:
@@ -332,10 +347,10 @@ class _OptunaProposer:
         """A feasible configuration never proposed (the grid is used up, or the sampler keeps
         repeating itself), from the enumerated space; None when there is none."""
         s = self.s
-        if s.space.size() > MAX_ENUMERATE:
-            return None
         if self.enumerated is None:
-            self.enumerated = [k for k in s.space.candidates() if s._feasible(k)]
+            self.enumerated = s._feasible_list()
+        if self.enumerated is None:
+            return None
         unseen = [k for k in self.enumerated if not s._is_seen(k)]
         if not unseen:
             return None
@@ -427,10 +442,7 @@ class _Auto:
         s = self.s
         if self.feasible is not None:
             return
-        if s.space.size() > MAX_ENUMERATE:
-            self.feasible = []
-            return
-        self.feasible = [k for k in s.space.candidates() if s._feasible(k)]
+        self.feasible = s._feasible_list() or []
         self.fset = set(self.feasible)
 
     def proposed(self, key: Key) -> None:

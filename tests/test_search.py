@@ -213,3 +213,25 @@ def test_pruned_enumeration_finds_the_same_feasible_set_in_the_same_order(name, 
     full = [k for k in itertools.product(*tpl.params.values()) if ok(k)]
     assert fast == full and fast
     assert sum(1 for _ in pruned.candidates()) < tpl.space_size()
+
+
+def test_enumeration_limit_counts_candidates_left_after_pruning(monkeypatch):
+    import porter.search as search
+    monkeypatch.setattr(search, "MAX_ENUMERATE", 50)
+    params = {"A": tuple(range(10)), "B": tuple(range(10)), "C": tuple(range(10))}
+
+    def ok(c):
+        return c["A"] == 0 and c["B"] == 0 and c["C"] % 2 == 0
+
+    # 1,000 configurations: without a pruning rule, too many to list
+    assert Searcher(SearchSpace(params, ok), "auto")._feasible_list() is None
+    # a rule on (A, B) leaves 10 candidates: listed, feasible ones only, in order
+    tight = SearchSpace(params, ok, lambda k, p: k == 0 and p["A"] == 0 or
+                        k == 1 and p["B"] == 0 or k == 2)
+    assert Searcher(tight, "auto")._feasible_list() == [(0, 0, c) for c in range(0, 10, 2)]
+    # a rule on A alone leaves 100: over the limit again
+    loose = SearchSpace(params, ok, lambda k, p: k != 0 or p["A"] == 0)
+    assert Searcher(loose, "auto")._feasible_list() is None
+    s = Searcher(tight, "auto")
+    got = {tuple(s.ask()[1].values()) for _ in range(5)}
+    assert got == {(0, 0, c) for c in range(0, 10, 2)} and s.ask() is None
