@@ -13,8 +13,8 @@ Proposals come from one of two places:
   or a statically infeasible proposal is answered there (with the earlier result, or the worst
   result so far) and costs the caller nothing.
 - "auto" (the default): enumerates the feasible set (up to MAX_ENUMERATE candidates left after
-  the space's pruning: `SearchSpace.candidates`), never
-  proposes a configuration twice and only proposes feasible ones. After a few random
+  the space's pruning, `SearchSpace.candidates`), never proposes a configuration twice and only
+  proposes feasible ones. After a few random
   configurations it mostly climbs: it tries unseen neighbours (one parameter moved one or two
   places in its value order) of the best configurations so far, and breeds children of them
   (uniform crossover and mutations in index space) when a neighbourhood is used up, with an
