@@ -14,11 +14,10 @@ Proposals come from one of two places:
   result so far) and costs the caller nothing.
 - "auto" (the default): enumerates the feasible set (up to MAX_ENUMERATE candidates left after
   the space's pruning, `SearchSpace.candidates`), never proposes a configuration twice and only
-  proposes feasible ones. After a few random
-  configurations it mostly climbs: it tries unseen neighbours (one parameter moved one or two
-  places in its value order) of the best configurations so far, and breeds children of them
-  (uniform crossover and mutations in index space) when a neighbourhood is used up, with an
-  occasional random restart. See `_Auto`.
+  proposes feasible ones. After a few random configurations it mostly climbs: it tries unseen
+  neighbours (one parameter moved one or two places in its value order) of the best
+  configurations so far, and breeds children of them (uniform crossover and mutations in index
+  space) when a neighbourhood is used up, with an occasional random restart. See `_Auto`.
 
 Warm-start configurations (feasible ones only) are proposed first, in the order given. A prior
 (objectives of the same configurations measured elsewhere, e.g. on another GPU) guides "auto"
