@@ -148,6 +148,7 @@ class Searcher:
         self._own: dict[int, Key] = {}                # our open trial numbers
         self._synced: dict[int, bool] = {}            # trial number -> finished when read
         self._feasible_cache: dict[Key, bool] = {}
+        self._waiting = False                         # the study holds enqueued trials
         self._warm = [self._key(w) for w in warm_start
                       if space.contains(w) and self._feasible(self._key(w))]
         self._warm_keys = frozenset(self._warm)
@@ -165,9 +166,15 @@ class Searcher:
         k = self._key(config)
         return k in self._results or k in self._pending
 
-    def ask(self) -> tuple[int, dict] | None:
-        """The next configuration and its trial number; None once nothing is left to try."""
-        if self._shared:
+    def sync(self) -> list:
+        """Reads the shared study (what other workers proposed and learnt); returns its running
+        trials (FrozenTrials), ours included."""
+        return self._sync()
+
+    def ask(self, sync: bool = True) -> tuple[int, dict] | None:
+        """The next configuration and its trial number; None once nothing is left to try.
+        sync=False: the caller has just called sync()."""
+        if self._shared and sync:
             self._sync()
         while self._warm:
             key = self._warm.pop(0)
@@ -221,10 +228,30 @@ class Searcher:
             ok = self._feasible_cache[key] = bool(self.space.is_feasible(self._config(key)))
         return ok
 
+    def _open_trial(self, cfg: dict) -> int | None:
+        """A RUNNING trial with cfg's parameters, written at once; its number. (study.ask writes
+        each parameter in a transaction of its own: 8 commits, ~70 ms a trial on PostgreSQL,
+        inside the service's serialised ask.) None where the study does not allow it."""
+        storage = getattr(self._study, "_storage", None)
+        study_id = getattr(self._study, "_study_id", None)
+        if storage is None or study_id is None:
+            return None
+        trial = optuna.trial.create_trial(state=TrialState.RUNNING, params=cfg,
+                                          distributions=self._dists)
+        return storage.get_trial_number_from_id(
+            storage.create_new_trial(study_id, template_trial=trial))
+
     def _record(self, key: Key) -> tuple[int, dict]:
         """Opens a trial for `key` in the recorded study. A trial someone enqueued in the study
         is taken first by Optuna: if it is new and feasible it becomes this proposal."""
         cfg = self._config(key)
+        number = self._open_trial(cfg) if self._shared and not self._waiting else None
+        if number is not None:
+            self._pending.add(key)
+            self._own[number] = key
+            self._synced[number] = False
+            self._engine.proposed(key)
+            return number, cfg
         self._pinned.next = cfg
         while True:
             trial = self._study.ask(self._dists)
@@ -243,11 +270,19 @@ class Searcher:
         self._engine.proposed(key)
         return trial.number, cfg
 
-    def _sync(self) -> None:
+    def _sync(self) -> list:
         """Reads trials of the study that this searcher has not seen finished: results of other
-        workers (or of an earlier run) become seen; their running trials become pending."""
-        states = (TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING)
+        workers (or of an earlier run) become seen; their running trials become pending.
+        Returns the study's running trials."""
+        states = (TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING, TrialState.WAITING)
+        self._waiting = False
+        running = []
         for t in self._study.get_trials(deepcopy=False, states=states):
+            if t.state == TrialState.WAITING:   # enqueued: study.ask must take it up
+                self._waiting = True
+                continue
+            if t.state == TrialState.RUNNING:
+                running.append(t)
             if self._synced.get(t.number) or t.number in self._own:
                 continue
             if set(t.params) != set(self.names):
@@ -264,6 +299,7 @@ class Searcher:
             if key not in self._results or (value is not None and self._results[key] is None):
                 self._results[key] = value
                 self._engine.told(key, value)
+        return running
 
 
 class _Grid(optuna.samplers.GridSampler):

@@ -133,12 +133,13 @@ class _Liveness(threading.Thread):
             self.touch()
 
 
-def _fail_stale(study, job_id: int, recorded: set[int]) -> None:
+def _fail_stale(study, job_id: int, running) -> set[int]:
+    """Fails, in the study, the running trials (FrozenTrials, not recorded) whose driver has
+    died: older than STALE_TRIAL_S and no liveness key in Redis. Returns their numbers."""
     now = time.time()
-    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-        if t.number in recorded or t.datetime_start is None:
-            continue
-        if now - t.datetime_start.timestamp() < STALE_TRIAL_S:
+    failed = set()
+    for t in running:
+        if t.datetime_start is None or now - t.datetime_start.timestamp() < STALE_TRIAL_S:
             continue
         alive = _redis_try(lambda r: r.exists(f"porter:trial:{job_id}:{t.number}"), 1)
         if alive:
@@ -149,6 +150,8 @@ def _fail_stale(study, job_id: int, recorded: set[int]) -> None:
                         job_id, t.number)
         except (ValueError, RuntimeError):
             pass
+        failed.add(t.number)
+    return failed
 
 
 def _finish(store, job_id: int, status: str, message: str = "") -> None:
@@ -232,24 +235,21 @@ def drive_job(self, job_id: int) -> str:
                 # the study's running trials first, the store's records second: a trial is
                 # recorded before it is told, so one that finishes in between is seen in the
                 # records; one seen in neither cannot exist (asking needs this lock)
-                in_study = [t.number for t in study.get_trials(
-                    deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))]
+                # (one read of the study serves this check and the search's own bookkeeping)
+                in_study = searcher.sync()
                 statuses = store.trial_statuses(job_id)
                 recorded = set(statuses)
                 counted = sum(1 for st in statuses.values() if st != "infeasible")
-                running = [n for n in in_study if n not in recorded]
+                running = [t for t in in_study if t.number not in recorded]
                 if running:
-                    _fail_stale(study, job_id, recorded)
-                    still = {t.number for t in study.get_trials(
-                        deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))}
-                    running = [n for n in running if n in still or n in
-                               store.trial_numbers(job_id)]
+                    failed = _fail_stale(study, job_id, running)
+                    running = [t for t in running if t.number not in failed]
                 if budget is not None and counted >= budget:
                     break
                 out_of_time = deadline is not None and time.time() >= deadline
                 if not out_of_time and infeasible_left > 0 and \
                         (budget is None or counted + len(running) < budget):
-                    proposal = searcher.ask()
+                    proposal = searcher.ask(sync=False)
                     if proposal is None and not running:
                         break                       # the space is exhausted
                 elif out_of_time and not running:
