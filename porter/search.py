@@ -17,7 +17,8 @@ Proposals come from one of two places:
   proposes feasible ones. After a few random configurations it mostly climbs: it tries unseen
   neighbours (one parameter moved one or two places in its value order) of the best
   configurations so far, and breeds children of them (uniform crossover and mutations in index
-  space) when a neighbourhood is used up, with an occasional random restart. See `porter.search_auto.Auto`.
+  space) when a neighbourhood is used up, with an occasional random restart. See
+  `porter.search_auto.Auto`.
 
 Warm-start configurations (feasible ones only) are proposed first, in the order given. A prior
 (objectives of the same configurations measured elsewhere, e.g. on another GPU) guides "auto"
@@ -125,7 +126,8 @@ class Searcher:
 
     warm_start: configurations proposed first, in the order given (feasible ones only).
     prior: (configuration, objective) pairs measured elsewhere (the same template on another
-    GPU); "auto" uses them as a hint of where to look (see `porter.search_auto.Auto`), the others ignore them."""
+    GPU); "auto" uses them as a hint of where to look (see `porter.search_auto.Auto`), the
+    others ignore them."""
 
     def __init__(self, space: SearchSpace, sampler: str = "auto", seed: int = 0,
                  storage=None, study_name: str | None = None, warm_start: Sequence[dict] = (),
@@ -247,11 +249,7 @@ class Searcher:
         cfg = self._config(key)
         number = self._open_trial(cfg) if self._shared and not self._waiting else None
         if number is not None:
-            self._pending.add(key)
-            self._own[number] = key
-            self._synced[number] = False
-            self._engine.proposed(key)
-            return number, cfg
+            return self._opened(number, key), cfg
         self._pinned.next = cfg
         while True:
             trial = self._study.ask(self._dists)
@@ -264,11 +262,15 @@ class Searcher:
                 key, cfg = got, self._config(got)
                 break
             self._study.tell(trial, state=TrialState.PRUNED)
+        return self._opened(trial.number, key), cfg
+
+    def _opened(self, number: int, key: Key) -> int:
+        """Bookkeeping for trial `number`, just opened for `key` by this searcher."""
         self._pending.add(key)
-        self._own[trial.number] = key
-        self._synced[trial.number] = False
+        self._own[number] = key
+        self._synced[number] = False
         self._engine.proposed(key)
-        return trial.number, cfg
+        return number
 
     def _sync(self) -> list:
         """Reads trials of the study that this searcher has not seen finished: results of other
