@@ -51,25 +51,17 @@ def copy_gbps() -> float:
     return 2 * n / statistics.median(ts[2:]) / 1e6
 
 
-def side_by_side(tpl, arch, config, size, repeats=5, be=None):
-    """Ours and the baseline interleaved repeat by repeat (GpuBackend.fresh_baseline) in one
-    child process, `repeats` measurements; medians."""
-    own = be is None
-    if own:
-        be = GpuBackend(seed=123)
-        be.fresh_baseline = True
+def side_by_side(be, tpl, arch, config, size, repeats=5):
+    """Ours and the baseline interleaved repeat by repeat, `repeats` measurements in the
+    measuring process of `be` (a GpuBackend with fresh_baseline set); medians."""
+    from porter.compile import compile_variant
+    compiled = compile_variant(tpl, config, arch)
     rows = []
-    try:
-        from porter.compile import compile_variant
-        compiled = compile_variant(tpl, config, arch)
-        for _ in range(repeats):
-            out = be.measure(tpl, arch, config, compiled, [size])
-            if out.status != "measured":
-                return None, out
-            rows.append(out.measurements[0])
-    finally:
-        if own:
-            be.close()
+    for _ in range(repeats):
+        out = be.measure(tpl, arch, config, compiled, [size])
+        if out.status != "measured":
+            return None, out
+        rows.append(out.measurements[0])
     med = lambda xs: statistics.median(xs)  # noqa: E731
     m = rows[0]
     return {"ours_ms": med([r.ours_ms for r in rows]),
@@ -164,7 +156,7 @@ def finals(name, tpl, arch, sizes, trials, stats, dev, args, bw, table):
             # timed again side by side with the baseline.
             fin = []
             for t in cands[:max(1, args.finalists)]:
-                r, _ = side_by_side(tpl, arch, t.params, size, be=be)
+                r, _ = side_by_side(be, tpl, arch, t.params, size)
                 if r is not None:
                     fin.append((r, t))
             if not fin:
@@ -172,7 +164,7 @@ def finals(name, tpl, arch, sizes, trials, stats, dev, args, bw, table):
             sel, best = max(fin, key=lambda f: f[0]["ratio"])
             # The best of several noisy re-timings is biased upwards: the winner is timed once
             # more, and that confirmation is the reported figure.
-            res, _ = side_by_side(tpl, arch, best.params, size, be=be)
+            res, _ = side_by_side(be, tpl, arch, best.params, size)
         finally:
             be.close()
         res = res or sel

@@ -25,8 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from porter.arch import ARCHS  # noqa: E402
-from porter.check import prefix_check, static_check  # noqa: E402
-from porter.search import Searcher, SearchSpace  # noqa: E402
+from porter.check import search_space  # noqa: E402
+from porter.search import Searcher  # noqa: E402
 from porter.template import find_template  # noqa: E402
 
 CASES = [("gemm_wgmma", "sm_90a", (4096, 28672, 8192)), ("gemm_mma", "sm_90a", (4096, 4096, 4096)),
@@ -35,8 +35,7 @@ CASES = [("gemm_wgmma", "sm_90a", (4096, 28672, 8192)), ("gemm_mma", "sm_90a", (
 
 def one(name: str, arch_name: str, size, trials: int) -> dict:
     tpl, arch = find_template(name), ARCHS[arch_name]
-    space = SearchSpace(tpl.params, lambda c: static_check(tpl, arch, c, [size]) is None,
-                        prefix_check(tpl, arch, [size]))
+    space = search_space(tpl, arch, [size])
     searcher = Searcher(space, "auto", 0, warm_start=tpl.start_configs())
     rng = random.Random(0)
     ask = tell = 0.0

@@ -67,6 +67,17 @@ def prefix_check(template: Template, arch: Arch, sizes):
     return prefix_ok
 
 
+def search_space(template: Template, arch: Arch, sizes, allows=None):
+    """The template's space as the search sees it: feasible = `allows` (a backend's own refusals,
+    if any) and the static check at every size; enumerated with prefix_check's pruning."""
+    from .search import SearchSpace
+
+    def feasible(config) -> bool:
+        return (allows is None or allows(config)) and \
+            static_check(template, arch, config, sizes) is None
+    return SearchSpace(template.params, feasible, prefix_check(template, arch, sizes))
+
+
 def resource_check(template: Template, arch: Arch, config: dict, compiled: CompileResult,
                    sizes) -> str | None:
     """After compiling: spills, registers and shared memory against the architecture."""

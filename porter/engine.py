@@ -12,10 +12,10 @@ from typing import Callable
 
 from .arch import Arch
 from .backends.base import Backend, Outcome
-from .check import prefix_check, resource_check, static_check
+from .check import resource_check, search_space, static_check
 from .compile import CompileResult, compile_variant, nvrtc_version
 from .records import JobSpec, TrialRecord
-from .search import Searcher, SearchSpace
+from .search import Searcher
 from .store import Store
 from .template import Template
 
@@ -72,13 +72,8 @@ class Engine:
         self.on_trial = on_trial
         self.worker_name = worker_name
 
-    def feasible(self, sizes):
-        return lambda cfg: self.backend.allows(cfg) and \
-            static_check(self.template, self.arch, cfg, sizes) is None
-
     def searcher(self, job_id: int, spec: JobSpec, warm_start=(), prior=()) -> Searcher:
-        space = SearchSpace(self.template.params, self.feasible(spec.sizes),
-                            prefix_check(self.template, self.arch, spec.sizes))
+        space = search_space(self.template, self.arch, spec.sizes, self.backend.allows)
         return Searcher(space, spec.sampler, spec.seed, storage=self.store.optuna_storage(),
                         study_name=self.store.get_job(job_id).study_name or f"job-{job_id}",
                         warm_start=warm_start, prior=prior)

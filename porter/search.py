@@ -157,7 +157,7 @@ class Searcher:
         self._prior = {self._key(c): float(v) for c, v in prior
                        if space.contains(c) and v is not None and math.isfinite(v) and v > 0}
         self._engine = Auto(self, seed) if sampler == "auto" else _OptunaProposer(self, seed)
-        self._sync()
+        self.sync()
 
     # ---- public ------------------------------------------------------------------------
     @property
@@ -168,16 +168,11 @@ class Searcher:
         k = self._key(config)
         return k in self._results or k in self._pending
 
-    def sync(self) -> list:
-        """Reads the shared study (what other workers proposed and learnt); returns its running
-        trials (FrozenTrials), ours included."""
-        return self._sync()
-
     def ask(self, sync: bool = True) -> tuple[int, dict] | None:
         """The next configuration and its trial number; None once nothing is left to try.
         sync=False: the caller has just called sync()."""
         if self._shared and sync:
-            self._sync()
+            self.sync()
         while self._warm:
             key = self._warm.pop(0)
             if not self._is_seen(key):
@@ -272,10 +267,10 @@ class Searcher:
         self._engine.proposed(key)
         return number
 
-    def _sync(self) -> list:
-        """Reads trials of the study that this searcher has not seen finished: results of other
+    def sync(self) -> list:
+        """Reads the shared study's trials this searcher has not seen finished: results of other
         workers (or of an earlier run) become seen; their running trials become pending.
-        Returns the study's running trials."""
+        Returns the study's running trials (FrozenTrials), ours included."""
         states = (TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING, TrialState.WAITING)
         self._waiting = False
         running = []

@@ -169,12 +169,12 @@ def _finish(store, job_id: int, status: str, message: str = "") -> None:
 @app.task(bind=True, name="workers.tasks.drive_job", acks_late=True)
 def drive_job(self, job_id: int) -> str:
     from porter.arch import get_arch
-    from porter.check import prefix_check, static_check
+    from porter.check import search_space
     from porter.compile import nvrtc_version
     from porter.engine import MAX_INFEASIBLE_FACTOR, run_trial
     from porter.jobs import make_backend
     from porter.run import warm_start_configs, warm_start_prior
-    from porter.search import Searcher, SearchSpace
+    from porter.search import Searcher
     from porter.store import open_store
     from porter.template import find_template
 
@@ -201,8 +201,7 @@ def drive_job(self, job_id: int) -> str:
     sizes = list(spec.sizes)
     warm = warm_start_configs(store, tpl.name, spec.from_arch, spec.from_job)
     prior = warm_start_prior(store, tpl.name, spec.from_arch, spec.from_job)
-    space = SearchSpace(tpl.params, lambda c: backend.allows(c) and
-                        static_check(tpl, arch, c, sizes) is None, prefix_check(tpl, arch, sizes))
+    space = search_space(tpl, arch, sizes, backend.allows)
     for attempt in range(5):
         try:   # drivers starting together may race on creating the study: try again
             searcher = Searcher(space, spec.sampler, spec.seed, storage=store.optuna_storage(),
@@ -283,10 +282,9 @@ def prefetch_compiles(job_id: int) -> int:
     ends (nothing to do for backends that do not compile)."""
     from porter.arch import get_arch
     from porter.backends.base import CompileOnlyBackend
-    from porter.check import prefix_check, static_check
+    from porter.check import search_space
     from porter.compile import compile_variant
     from porter.jobs import make_backend
-    from porter.search import SearchSpace
     from porter.store import open_store
     from porter.template import find_template
 
@@ -303,10 +301,9 @@ def prefetch_compiles(job_id: int) -> int:
     try:
         if not backend.needs_compile:
             return 0
-        sizes = list(spec.sizes)
-        space = SearchSpace(tpl.params, backend.allows, prefix_check(tpl, arch, sizes))
+        space = search_space(tpl, arch, list(spec.sizes), backend.allows)
         configs = [c for c in (dict(zip(space.names, k)) for k in space.candidates())
-                   if backend.allows(c) and static_check(tpl, arch, c, sizes) is None]
+                   if space.is_feasible(c)]
         random.Random(spec.seed + job_id).shuffle(configs)
         done = 0
         for i, c in enumerate(configs):

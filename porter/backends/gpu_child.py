@@ -92,26 +92,7 @@ class Child:
 
     # ---- timing -------------------------------------------------------------------------
     def time_fn(self, fn) -> list[float]:
-        cp = self.cp
-        fn()
-        cp.cuda.Device().synchronize()
-        t0 = time.perf_counter()
-        fn()
-        cp.cuda.Device().synchronize()
-        est_ms = max((time.perf_counter() - t0) * 1e3, 1e-3)
-        reps = int(min(self.opts["max_repeats"],
-                       max(self.opts["min_repeats"], self.opts["target_ms"] / est_ms)))
-        starts = [cp.cuda.Event() for _ in range(reps)]
-        ends = [cp.cuda.Event() for _ in range(reps)]
-        for i in range(reps):
-            self.flush.fill(i)          # evicts L2 so every repeat reads from device memory
-            starts[i].record()
-            fn()
-            ends[i].record()
-        ends[-1].synchronize()
-        times = [cp.cuda.get_elapsed_time(s, e) for s, e in zip(starts, ends)]
-        self.busy_ms += sum(times) + 2 * est_ms
-        return times
+        return self.time_interleaved([fn])[0]
 
     def time_interleaved(self, fns) -> list[list[float]]:
         """Several functions timed in turn inside every repeat (each after an L2 flush, the
@@ -133,7 +114,7 @@ class Child:
         for i in range(reps):
             for j in range(n):
                 k = (i + j) % n
-                self.flush.fill(i)
+                self.flush.fill(i)      # evicts L2 so every repeat reads from device memory
                 events[k][i][0].record()
                 fns[k]()
                 events[k][i][1].record()
