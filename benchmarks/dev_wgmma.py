@@ -141,6 +141,54 @@ VARIANTS.update({
     "v5_small_k2_s8": dict(_SMALL, STAGES=8, SPLITK=2),
 })
 
+# Session 4: where stream-K's time goes at 4096^3 (DEV_NOFIX: the split without its fix-up,
+# results wrong, timed anyway), and the memory-bound small-M shapes.
+_E3 = dict(_BEST, EPI=3)
+_S16 = dict(_SMALL, BN=16, SWAP=1, EPI=0, STAGES=6, BK=128)
+VARIANTS.update({
+    "v6_e3": _E3,
+    "v6_e3_sk2": dict(_E3, STREAMK=2),
+    "v6_e3_sk2_nofix": dict(_E3, STREAMK=2, DEV_NOFIX=1),
+    "v6_e3_sk1": dict(_E3, STREAMK=1),
+    "v6_e3_sk1_nofix": dict(_E3, STREAMK=1, DEV_NOFIX=1),
+    "v6_s16": _S16,
+    "v6_s16_sk2": dict(_S16, STREAMK=2),
+    "v6_s16_sk2_nofix": dict(_S16, STREAMK=2, DEV_NOFIX=1),
+    "v6_s16_s8": dict(_S16, STAGES=8),
+    "v6_s16_s10": dict(_S16, STAGES=10),
+    "v6_s16_s10_sk2": dict(_S16, STAGES=10, STREAMK=2),
+    "v6_s16_bk64_s12": dict(_S16, BK=64, STAGES=12),
+    "v6_s16_np": dict(_S16, PERSIST=0),
+    "v6_s128": dict(_SMALL, STAGES=8, GROUP_M=4, PERSIST=0),
+    "v6_s128_sk2": dict(_SMALL, STAGES=8, GROUP_M=4, STREAMK=2),
+    "v6_s128_swap": dict(_SMALL, BN=128, SWAP=1, EPI=0, STAGES=6),
+    "v6_s128_swap_sk2": dict(_SMALL, BN=128, SWAP=1, EPI=0, STAGES=6, STREAMK=2),
+    "v6_s128_swap_bk128": dict(_SMALL, BN=128, SWAP=1, EPI=0, STAGES=3, BK=128),
+    "v6_s128_c2_64": dict(_SMALL, BM=128, CONSUMERS=2, BN=64, STAGES=8, GROUP_M=4, PERSIST=0),
+    "v6_s128_bk128": dict(_SMALL, STAGES=4, BK=128, GROUP_M=4, PERSIST=0),
+})
+
+# BN = 200 / 224: whole waves of 132 tiles at N = 8192 / 28672 (the columns past the last
+# 64-wide group stored straight from the accumulators)
+VARIANTS.update({
+    "v7_200_e3_s4": dict(_E3, BN=200),
+    "v7_200_e3_s5": dict(_E3, BN=200, STAGES=5),
+    "v7_200_e1_s5": dict(_BEST, BN=200, STAGES=5),
+    "v7_200_e3_s5_g8": dict(_E3, BN=200, STAGES=5, GROUP_M=8),
+    "v7_224_e3_s4": dict(_E3, BN=224),
+    "v7_224_e3_s4_cl2": dict(_E3, BN=224, CLUSTER=2, GROUP_M=8),
+    "v7_192_e3_s4": dict(_E3, BN=192),
+    "v7_192_e3_s5": dict(_E3, BN=192, STAGES=5),
+})
+# stream-K runs reordered (the head of the last tile first: all CTAs at one k offset)
+VARIANTS.update({
+    "v8_e3_sk2": dict(_E3, STREAMK=2),
+    "v8_e3_sk2_nofix": dict(_E3, STREAMK=2, DEV_NOFIX=1),
+    "v8_e3_sk1": dict(_E3, STREAMK=1),
+    "v8_e3_sk1_nofix": dict(_E3, STREAMK=1, DEV_NOFIX=1),
+    "v8_200_sk1": dict(_E3, BN=200, STREAMK=1),
+})
+
 SIZES = [(4096, 4096, 4096), (8192, 8192, 8192), (2999, 4001, 4104)]
 
 
@@ -293,7 +341,8 @@ def run(cubins: Path, reps: int, hang_s: float, out_dir: Path, only: list[str] |
             err = ((out - ref).norm() / ref_norm).item() if finite else float("inf")
             res["rel_err"] = err
             res["rel_err_cublas"] = err_cublas
-            ok = finite and err < 1e-2
+            dev_only = any(k.startswith("DEV_") for k in cfg)   # timed whatever it computes
+            ok = dev_only or (finite and err < 1e-2)
             if ws_clean and bool(ws[:ws_clean].any().item()):
                 ok = False
                 res["workspace_dirty"] = True
@@ -317,7 +366,7 @@ def run(cubins: Path, reps: int, hang_s: float, out_dir: Path, only: list[str] |
             out2 = c.float()
             err2 = ((out2 - ref).norm() / ref_norm).item() \
                 if bool(torch.isfinite(out2).all().item()) else float("inf")
-            if err2 >= 1e-2:
+            if err2 >= 1e-2 and not dev_only:
                 res.update(status="wrong_result", second_launch_err=err2)
                 record["results"].append(res)
                 save()

@@ -36,6 +36,13 @@ CONFIGS = [
          SPLITK=1, STREAMK=1, SWAP=0),
     dict(BM=128, BN=256, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=16, PERSIST=1, CLUSTER=1, EPI=3,
          SPLITK=1, STREAMK=2, SWAP=0),
+    # BN = 200 / 224: the columns past the last 64-wide group stored from the registers
+    dict(BM=128, BN=200, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=16, PERSIST=1, CLUSTER=1, EPI=3,
+         SPLITK=1, STREAMK=1, SWAP=0),
+    dict(BM=128, BN=200, BK=64, STAGES=5, CONSUMERS=2, GROUP_M=16, PERSIST=1, CLUSTER=1, EPI=1,
+         SPLITK=1, STREAMK=0, SWAP=0),
+    dict(BM=128, BN=224, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=8, PERSIST=1, CLUSTER=2, EPI=3,
+         SPLITK=1, STREAMK=0, SWAP=0),
 ]
 SMALL = (16, 8192, 8192)
 
@@ -147,6 +154,11 @@ def test_constraints_reject_oversized_configs():
     assert _feasible(tpl, {**base, "EPI": 3})
     assert not _feasible(tpl, {**base, "EPI": 3}, size=(4096, 4001, 4096))
     assert _feasible(tpl, {**base, "EPI": 1}, size=(4096, 4001, 4096))
+    # a cluster multicasts BN / CLUSTER rows of B from each CTA: whole 8-row swizzle atoms
+    assert _feasible(tpl, {**base, "BN": 224, "CLUSTER": 2})
+    assert not _feasible(tpl, {**base, "BN": 200, "CLUSTER": 2})         # 100 rows each
+    assert _feasible(tpl, {**base, "BN": 200, "EPI": 3, "STAGES": 5})   # 223 KB of 227
+    assert not _feasible(tpl, {**base, "BN": 224, "EPI": 3, "STAGES": 5})
     n = sum(1 for c in tpl.iter_configs() if _feasible(tpl, c))
     assert 20 <= n < tpl.space_size()
 

@@ -108,8 +108,8 @@ struct alignas(64) CUtensorMap { uint64_t opaque[16]; };
 // EPI=1: each consumer stages 64 rows x EPI_W columns of bf16 at a time in its own smem buffer
 #define EPI_W ((BN % 128 == 0) ? 128 : 64)
 #define EPI_BUF_BYTES (64 * EPI_W * 2)
-#if EPI >= 2 && (BN % 64 != 0 || SWAP)
-#error "EPI=2/3 store 64x64 boxes: BN must be a multiple of 64, no SWAP"
+#if EPI >= 2 && (BN < 64 || SWAP)
+#error "EPI=2/3 store 64x64 boxes (and the columns past the last one directly): BN >= 64, no SWAP"
 #endif
 
 // ---------------------------------------------------------------------------------------------
@@ -312,6 +312,63 @@ __device__ __forceinline__ void wgmma_m64n192k16(float* d, uint64_t da, uint64_t
       : "l"(da), "l"(db), "n"(1));
 }
 
+__device__ __forceinline__ void wgmma_m64n200k16(float* d, uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %102, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n200k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"
+      "%96, %97, %98, %99"
+      "}, %100, %101, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99])
+      : "l"(da), "l"(db), "n"(1));
+}
+
+__device__ __forceinline__ void wgmma_m64n224k16(float* d, uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %114, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n224k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111"
+      "}, %112, %113, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111])
+      : "l"(da), "l"(db), "n"(1));
+}
+
 __device__ __forceinline__ void wgmma_m64n256k16(float* d, uint64_t da, uint64_t db) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
@@ -355,11 +412,39 @@ __device__ __forceinline__ void wgmma_tile(float* d, uint64_t da, uint64_t db) {
   wgmma_m64n128k16(d, da, db);
 #elif BN == 192
   wgmma_m64n192k16(d, da, db);
+#elif BN == 200
+  wgmma_m64n200k16(d, da, db);
+#elif BN == 224
+  wgmma_m64n224k16(d, da, db);
 #elif BN == 256
   wgmma_m64n256k16(d, da, db);
 #else
-#error "BN must be 16, 32, 64, 128, 192 or 256"
+#error "BN must be 16, 32, 64, 128, 192, 200, 224 or 256"
 #endif
+}
+
+// Column blocks JB .. BN/8 - 1 of one 64-row slab stored straight from the accumulators (the
+// columns past the last whole 64-wide group when BN % 64 != 0, e.g. BN = 200 or 224), with
+// bounds checks: row is this thread's first row, col0 its first column of block 0.
+template <int JB>
+__device__ __forceinline__ void store_tail_cols(const float* a, bf16_t* __restrict__ C, int row,
+                                                int col0, int M, int N) {
+#pragma unroll
+  for (int j = JB; j < BN / 8; ++j) {
+    const int col = col0 + j * 8;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = row + 8 * h;
+      if (r >= M) continue;
+      const float v0 = a[4 * j + 2 * h], v1 = a[4 * j + 2 * h + 1];
+      if (col + 1 < N && (N % 2 == 0)) {
+        *reinterpret_cast<uint32_t*>(C + (size_t)r * N + col) = pack_bf16x2(v0, v1);
+      } else {
+        if (col < N) C[(size_t)r * N + col] = float_to_bf16(v0);
+        if (col + 1 < N) C[(size_t)r * N + col + 1] = float_to_bf16(v1);
+      }
+    }
+  }
 }
 
 __device__ __forceinline__ void tile_coords(int tile, int tiles_m, int tiles_n, int& tm, int& tn) {
@@ -420,13 +505,27 @@ struct Sched {
       return true;
     }
     if (!STREAMK) return false;
+    // This CTA's run is [b, e) of the shared k-tiles (tile-major). The head of its last tile
+    // [ls, e) goes first, then [b, ls) in order: every CTA then starts at k = 0 and later runs
+    // at a k offset that is the same for all (kt_n - len), so CTAs that share A rows or B
+    // columns read the same k slices at about the same time and L2 serves them (in run order,
+    // each CTA sat at its own k offset and the operands of the whole tail streamed from HBM).
     const int total = (ntiles - dp) * kt_n, len = sk_len(ntiles, kt_n);
     const int b = min(total, cid() * len), e = min(total, b + len);
-    const int start = b + (it - n_dp * per);
-    if (start >= e) return false;
+    const int s = it - n_dp * per;
+    if (b + s >= e) return false;
+    const int ls = max(b, (e - 1) / kt_n * kt_n);
+    int start, stop;
+    if (s < e - ls) {
+      start = ls + s;
+      stop = e;
+    } else {
+      start = b + (s - (e - ls));
+      stop = ls;
+    }
     w.tile = dp + start / kt_n;
     w.kb = start % kt_n;
-    w.ke = min(kt_n, w.kb + (e - start));
+    w.ke = min(kt_n, w.kb + (stop - start));
     return true;
   }
 
@@ -608,7 +707,13 @@ gemm_wgmma(const bf16_t* __restrict__ A, const bf16_t* __restrict__ B, bf16_t* _
       const int col0 = tn * BN + (lane % 4) * 2;
 #if SPLITK > 1 || STREAMK
       const int parts = Sched::parts(w, ntiles, kt_n);
+#ifdef DEV_NOFIX
+      // development only (benchmarks/dev_wgmma.py): every part stores its own partial sums as
+      // if it were the whole tile (wrong results), to time the split without its fix-up
+      if (false) {
+#else
       if (parts > 1) {
+#endif
         // ---------------------------------------------------------- a tile in parts
         // Count in first: the part that counts last keeps its accumulators and adds the
         // others' partial tiles once they are stored; the others store and leave.
@@ -731,6 +836,9 @@ gemm_wgmma(const bf16_t* __restrict__ A, const bf16_t* __restrict__ B, bf16_t* _
               tma_store_commit();
             }
           }
+          if (BN % 64 != 0)   // the columns past the last whole box
+            store_tail_cols<BN / 64 * 8>(acc[mt], C, tm * BM + c * WM + mt * 64 + warp * 16 + lane / 4,
+                                         col0, M, N);
         }
       }
 #else
@@ -775,6 +883,7 @@ gemm_wgmma(const bf16_t* __restrict__ A, const bf16_t* __restrict__ B, bf16_t* _
                            : "memory");
             }
           }
+          if (BN % EPI_W != 0) store_tail_cols<BN / EPI_W * EPI_W / 8>(acc[mt], C, row, col0, M, N);
         } else
 #endif
         if (full_tile) {
