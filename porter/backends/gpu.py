@@ -12,6 +12,10 @@ import time
 from ..records import Measurement
 from .base import Backend, Outcome
 
+# Setting up a trial's inputs, reference and vendor baseline (before any template code runs):
+# its own, generous limit, so a cold cuBLAS or CuPy kernel cache is not charged to the kernel.
+PREPARE_S = 180.0
+
 STICKY = ("illegal", "misaligned", "out of memory", "hardware stack", "assert", "exception",
           "unspecified launch failure", "illegal instruction", "invalid program counter")
 
@@ -101,6 +105,19 @@ class GpuBackend(Backend):
                 pass
         self._kill()
 
+    def _receive(self, timeout: float):
+        """The child's next message; None after `timeout` s (the child is killed), or
+        {"crashed_exit": code} when it died."""
+        if not self._conn.poll(timeout):
+            self._kill()
+            return None
+        try:
+            return self._conn.recv()
+        except (EOFError, OSError):
+            code = self._proc.exitcode if self._proc else None
+            self._kill()
+            return {"crashed_exit": code}
+
     # ---- one trial --------------------------------------------------------------------
     def measure(self, template, arch, config, compiled, sizes) -> Outcome:
         if self._proc is None or not self._proc.is_alive():
@@ -128,18 +145,23 @@ class GpuBackend(Backend):
         except (BrokenPipeError, OSError):
             self._kill()
             return Outcome("crashed", "the measuring process had died; restarted")
-        deadline = self.timeout_s * max(1, len(sizes))
-        if not self._conn.poll(deadline):
-            self._kill()
-            return Outcome("timeout", f"no answer within {deadline:.0f} s; the measuring "
-                           "process was killed and restarted", device=self._device)
-        try:
-            reply = self._conn.recv()
-        except (EOFError, OSError):
-            code = self._proc.exitcode if self._proc else None
-            self._kill()
-            return Outcome("crashed", f"the kernel took its process down (exit code {code})",
+        # The child first sets up the inputs, the reference and the vendor baseline (no code of
+        # the template runs yet; a cold machine can take many seconds here) and says "ready";
+        # the trial's own deadline starts there.
+        reply = self._receive(PREPARE_S)
+        if reply is None:
+            return Outcome("timeout", f"the inputs and the baseline were not ready within "
+                           f"{PREPARE_S:.0f} s; the measuring process was killed and restarted",
                            device=self._device)
+        if reply.get("ready"):
+            deadline = self.timeout_s * max(1, len(sizes))
+            reply = self._receive(deadline)
+            if reply is None:
+                return Outcome("timeout", f"no answer within {deadline:.0f} s; the measuring "
+                               "process was killed and restarted", device=self._device)
+        if "crashed_exit" in reply:
+            return Outcome("crashed", "the kernel took its process down (exit code "
+                           f"{reply['crashed_exit']})", device=self._device)
         if reply.get("restart"):
             self._kill()
         ms = tuple(Measurement(**m) for m in reply.get("measurements", ()))
