@@ -423,9 +423,10 @@ __device__ __forceinline__ void wgmma_tile(float* d, uint64_t da, uint64_t db) {
 #endif
 }
 
-// Column blocks JB .. BN/8 - 1 of one 64-row slab stored straight from the accumulators (the
-// columns past the last whole 64-wide group when BN % 64 != 0, e.g. BN = 200 or 224), with
-// bounds checks: row is this thread's first row, col0 its first column of block 0.
+// Column blocks JB .. BN/8 - 1 of one 64-row slab stored straight from the accumulators, with
+// bounds checks (a partial tile; or the columns past the last whole 64-wide group of the staged
+// epilogues when BN % 64 != 0, e.g. 200 or 224): row is this thread's first row, col0 its first
+// column of block 0.
 template <int JB>
 __device__ __forceinline__ void store_tail_cols(const float* a, bf16_t* __restrict__ C, int row,
                                                 int col0, int M, int N) {
@@ -895,22 +896,7 @@ gemm_wgmma(const bf16_t* __restrict__ A, const bf16_t* __restrict__ B, bf16_t* _
             p1[j * 4] = pack_bf16x2(acc[mt][4 * j + 2], acc[mt][4 * j + 3]);
           }
         } else {
-#pragma unroll
-          for (int j = 0; j < BN / 8; ++j) {
-            const int col = col0 + j * 8;
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              const int r = row + 8 * h;
-              if (r >= M) continue;
-              const float v0 = acc[mt][4 * j + 2 * h], v1 = acc[mt][4 * j + 2 * h + 1];
-              if (col + 1 < N && (N % 2 == 0)) {
-                *reinterpret_cast<uint32_t*>(C + (size_t)r * N + col) = pack_bf16x2(v0, v1);
-              } else {
-                if (col < N) C[(size_t)r * N + col] = float_to_bf16(v0);
-                if (col + 1 < N) C[(size_t)r * N + col + 1] = float_to_bf16(v1);
-              }
-            }
-          }
+          store_tail_cols<0>(acc[mt], C, row, col0, M, N);   // a partial tile: every column checked
         }
       }
 #endif
