@@ -11,6 +11,12 @@ Two steps, so the GPU machine needs no NVRTC of its own:
                 interleaved with torch.matmul (cuBLAS) using CUDA events, L2 flushed before each
                 repetition; median over reps. Writes JSON to $OUT (or benchmarks/results/).
 
+  device:       ncu --clock-control none --set full --kernel-name regex:'gemm|nvjet|xmma' \
+                  -o REP python3 benchmarks/dev_wgmma.py run --profile --tag _prof ...
+                launches each variant and cuBLAS once (no reference, checks or timing);
+  here or there: python benchmarks/dev_wgmma.py ncu-summary DETAILS.txt dev_wgmma_prof.json OUT
+                keeps each kernel's speed-of-light figures from `ncu --import REP --page details`.
+
 A kernel that does not finish within --hang-s seconds is recorded as a hang; the JSON written so
 far is kept and the process exits (its context cannot be reused).
 """
@@ -192,6 +198,16 @@ VARIANTS.update({
 SIZES = [(4096, 4096, 4096), (8192, 8192, 8192), (2999, 4001, 4104)]
 
 
+# Session 5: the fix-up of stream-K's split tiles at 4096^3, taken apart (DEV_NOSTORE: the
+# earlier part does not store its partial tile; DEV_NOREAD: the last part does not read them;
+# both give wrong results and are timed anyway).
+VARIANTS.update({
+    "v9_e3_sk1": dict(_E3, STREAMK=1),
+    "v9_e3_sk2_nostore": dict(_E3, STREAMK=2, DEV_NOSTORE=1),
+    "v9_e3_sk2_noread": dict(_E3, STREAMK=2, DEV_NOREAD=1),
+})
+
+
 def build(out: Path, names: list[str]) -> None:
     from porter.arch import get_arch
     from porter.compile import compile_variant
@@ -230,7 +246,7 @@ def _gpu_info() -> dict:
 
 
 def run(cubins: Path, reps: int, hang_s: float, out_dir: Path, only: list[str] | None,
-        tag: str = "", sizes=None) -> None:
+        tag: str = "", sizes=None, profile: bool = False) -> None:
     import torch
     from porter.arch import get_arch
     from porter.backends import tma
@@ -279,14 +295,17 @@ def run(cubins: Path, reps: int, hang_s: float, out_dir: Path, only: list[str] |
         a = torch.randn(M, K, device=dev, generator=g).to(torch.bfloat16)
         b = torch.randn(N, K, device=dev, generator=g).to(torch.bfloat16)
         c = torch.empty(M, N, device=dev, dtype=torch.bfloat16)
-        ref = a.float() @ b.float().T
-        ref_norm = ref.norm().item()
         flops = 2.0 * M * N * K
 
         def cublas():
             return torch.matmul(a, b.T)
 
-        err_cublas = ((cublas().float() - ref).norm() / ref_norm).item()
+        if profile:   # no fp32 reference: under ncu, only ours and cuBLAS's kernels run
+            ref = None
+        else:
+            ref = a.float() @ b.float().T
+            ref_norm = ref.norm().item()
+            err_cublas = ((cublas().float() - ref).norm() / ref_norm).item()
         for n in names:
             cfg = {"SPLITK": 1, "STREAMK": 0, "SWAP": 0, **manifest[n]["config"]}   # v1/v2 variants
             size = (M, N, K)
@@ -321,6 +340,14 @@ def run(cubins: Path, reps: int, hang_s: float, out_dir: Path, only: list[str] |
             def ours():
                 tma.launch(fn, L.grid, L.block, L.smem, L.cluster, args, stream=stream)
 
+            if profile:   # one launch of ours and one of cuBLAS each, for a profiler
+                ours()
+                cublas()
+                torch.cuda.synchronize()
+                res["status"] = "profiled"
+                record["results"].append(res)
+                save()
+                continue
             # correctness: poison (bf16 NaN), one launch, watchdog
             c.view(torch.int16).fill_(-1)
             try:
@@ -415,6 +442,53 @@ def run(cubins: Path, reps: int, hang_s: float, out_dir: Path, only: list[str] |
                   f"{r.get('status')} | | | {r.get('rel_err', '')} |")
 
 
+_NCU_METRICS = ("Duration", "SM Frequency", "Elapsed Cycles", "SM Active Cycles",
+                "Compute (SM) Throughput", "L2 Cache Throughput", "L2 Hit Rate",
+                "DRAM Throughput", "Registers Per Thread", "Dynamic Shared Memory Per Block",
+                "Cluster Size", "Grid Size")
+
+
+def ncu_summary(details: Path, prof_json: Path, out: Path) -> None:
+    """The numbers worth keeping from `ncu --import REP --page details` of a `run --profile`:
+    per kernel its launch, the speed-of-light figures and the busiest pipeline, each of ours
+    named after the variant it ran (the profiled run's JSON gives their order)."""
+    import re
+    names = [r["name"] for r in json.loads(prof_json.read_text())["results"]
+             if r.get("status") == "profiled"]
+    kernels, cur = [], None
+    for line in details.read_text().splitlines():
+        head = re.match(r"^  (\S+) \((\d+), (\d+), (\d+)\)x\((\d+), 1, 1\), Context", line)
+        if head:
+            cur = {"kernel": head.group(1),
+                   "grid": [int(head.group(i)) for i in (2, 3, 4)], "block": int(head.group(5))}
+            kernels.append(cur)
+            continue
+        if cur is None:
+            continue
+        for m in _NCU_METRICS:
+            hit = re.match(rf"^    {re.escape(m)}\s+(\S+/?\S*)?\s+([\d,.]+)$", line)
+            if hit and m not in cur:
+                cur[m] = float(hit.group(2).replace(",", ""))
+                if hit.group(1):
+                    cur[m + " unit"] = hit.group(1)
+        pipe = re.search(r"(\w+) is the highest-utilized pipeline \(([\d.]+)%\)", line)
+        if pipe and "busiest pipeline" not in cur:
+            cur["busiest pipeline"] = pipe.group(1)
+            cur["busiest pipeline %"] = float(pipe.group(2))
+    ours = iter(names)
+    for k in kernels:
+        k["variant"] = next(ours, None) if k["kernel"] == "gemm_wgmma" else "cuBLAS"
+    record = json.loads(prof_json.read_text())
+    record.pop("results", None)
+    record.update(tool="ncu --clock-control none --set full (one launch each)", kernels=kernels)
+    out.write_text(json.dumps(record, indent=1))
+    for k in kernels:
+        print(f"{k['variant']:18s} {k['kernel'][:48]:48s} {k.get('Duration', 0):8.2f} us "
+              f"{k.get('SM Frequency', 0):.2f} GHz active {k.get('SM Active Cycles', 0):9.0f}/"
+              f"{k.get('Elapsed Cycles', 0):9.0f} {k.get('busiest pipeline')} "
+              f"{k.get('busiest pipeline %')}% L2 {k.get('L2 Cache Throughput')}%")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -428,13 +502,23 @@ def main() -> None:
     r.add_argument("--only", nargs="*", default=None)
     r.add_argument("--tag", default="", help="suffix of the JSON file name")
     r.add_argument("--sizes", nargs="*", default=None, help="MxNxK ... (default: SIZES)")
+    r.add_argument("--profile", action="store_true",
+                   help="launch ours and cuBLAS once per variant and size, no checks or timing "
+                        "(run under ncu --kernel-name regex:'gemm|nvjet|xmma')")
+    n = sub.add_parser("ncu-summary", help="summarize a profiled run's ncu details page")
+    n.add_argument("details", help="text of `ncu --import REP --page details`")
+    n.add_argument("prof_json", help="the dev_wgmma JSON that `run --profile` wrote")
+    n.add_argument("out")
     args = ap.parse_args()
-    if args.cmd == "build":
+    if args.cmd == "ncu-summary":
+        ncu_summary(Path(args.details), Path(args.prof_json), Path(args.out))
+    elif args.cmd == "build":
         build(Path(args.out), args.only or list(VARIANTS))
     else:
         out = Path(os.environ.get("OUT") or ROOT / "benchmarks" / "results")
         sizes = [tuple(int(x) for x in z.lower().split("x")) for z in args.sizes or []] or None
-        run(Path(args.cubins), args.reps, args.hang_s, out, args.only, args.tag, sizes)
+        run(Path(args.cubins), args.reps, args.hang_s, out, args.only, args.tag, sizes,
+            args.profile)
 
 
 if __name__ == "__main__":
