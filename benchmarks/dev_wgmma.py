@@ -14,8 +14,7 @@ Two steps, so the GPU machine needs no NVRTC of its own:
   device:       ncu --clock-control none --set full --kernel-name regex:'gemm|nvjet|xmma' \
                   -o REP python3 benchmarks/dev_wgmma.py run --profile --tag _prof ...
                 launches each variant and cuBLAS once (no reference, checks or timing);
-  here or there: python benchmarks/dev_wgmma.py ncu-summary DETAILS.txt dev_wgmma_prof.json OUT
-                keeps each kernel's speed-of-light figures from `ncu --import REP --page details`.
+                (benchmarks/ncu_summary.py keeps the figures of `ncu --import REP --page details`)
 
 A kernel that does not finish within --hang-s seconds is recorded as a hang; the JSON written so
 far is kept and the process exits (its context cannot be reused).
@@ -442,53 +441,6 @@ def run(cubins: Path, reps: int, hang_s: float, out_dir: Path, only: list[str] |
                   f"{r.get('status')} | | | {r.get('rel_err', '')} |")
 
 
-_NCU_METRICS = ("Duration", "SM Frequency", "Elapsed Cycles", "SM Active Cycles",
-                "Compute (SM) Throughput", "L2 Cache Throughput", "L2 Hit Rate",
-                "DRAM Throughput", "Registers Per Thread", "Dynamic Shared Memory Per Block",
-                "Cluster Size", "Grid Size")
-
-
-def ncu_summary(details: Path, prof_json: Path, out: Path) -> None:
-    """The numbers worth keeping from `ncu --import REP --page details` of a `run --profile`:
-    per kernel its launch, the speed-of-light figures and the busiest pipeline, each of ours
-    named after the variant it ran (the profiled run's JSON gives their order)."""
-    import re
-    names = [r["name"] for r in json.loads(prof_json.read_text())["results"]
-             if r.get("status") == "profiled"]
-    kernels, cur = [], None
-    for line in details.read_text().splitlines():
-        head = re.match(r"^  (\S+) \((\d+), (\d+), (\d+)\)x\((\d+), 1, 1\), Context", line)
-        if head:
-            cur = {"kernel": head.group(1),
-                   "grid": [int(head.group(i)) for i in (2, 3, 4)], "block": int(head.group(5))}
-            kernels.append(cur)
-            continue
-        if cur is None:
-            continue
-        for m in _NCU_METRICS:
-            hit = re.match(rf"^    {re.escape(m)}\s+(\S+/?\S*)?\s+([\d,.]+)$", line)
-            if hit and m not in cur:
-                cur[m] = float(hit.group(2).replace(",", ""))
-                if hit.group(1):
-                    cur[m + " unit"] = hit.group(1)
-        pipe = re.search(r"(\w+) is the highest-utilized pipeline \(([\d.]+)%\)", line)
-        if pipe and "busiest pipeline" not in cur:
-            cur["busiest pipeline"] = pipe.group(1)
-            cur["busiest pipeline %"] = float(pipe.group(2))
-    ours = iter(names)
-    for k in kernels:
-        k["variant"] = next(ours, None) if k["kernel"] == "gemm_wgmma" else "cuBLAS"
-    record = json.loads(prof_json.read_text())
-    record.pop("results", None)
-    record.update(tool="ncu --clock-control none --set full (one launch each)", kernels=kernels)
-    out.write_text(json.dumps(record, indent=1))
-    for k in kernels:
-        print(f"{k['variant']:18s} {k['kernel'][:48]:48s} {k.get('Duration', 0):8.2f} us "
-              f"{k.get('SM Frequency', 0):.2f} GHz active {k.get('SM Active Cycles', 0):9.0f}/"
-              f"{k.get('Elapsed Cycles', 0):9.0f} {k.get('busiest pipeline')} "
-              f"{k.get('busiest pipeline %')}% L2 {k.get('L2 Cache Throughput')}%")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -505,14 +457,8 @@ def main() -> None:
     r.add_argument("--profile", action="store_true",
                    help="launch ours and cuBLAS once per variant and size, no checks or timing "
                         "(run under ncu --kernel-name regex:'gemm|nvjet|xmma')")
-    n = sub.add_parser("ncu-summary", help="summarize a profiled run's ncu details page")
-    n.add_argument("details", help="text of `ncu --import REP --page details`")
-    n.add_argument("prof_json", help="the dev_wgmma JSON that `run --profile` wrote")
-    n.add_argument("out")
     args = ap.parse_args()
-    if args.cmd == "ncu-summary":
-        ncu_summary(Path(args.details), Path(args.prof_json), Path(args.out))
-    elif args.cmd == "build":
+    if args.cmd == "build":
         build(Path(args.out), args.only or list(VARIANTS))
     else:
         out = Path(os.environ.get("OUT") or ROOT / "benchmarks" / "results")

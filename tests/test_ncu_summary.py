@@ -1,4 +1,4 @@
-"""benchmarks/dev_wgmma.py ncu-summary: the figures it keeps from an ncu details page, and which
+"""benchmarks/ncu_summary.py: the figures it keeps from an ncu details page, and which
 variant each of our kernels was (ncu names them all gemm_wgmma)."""
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ _KERNEL = """  {name} ({grid}, 1, 1)x(384, 1, 1), Context 1, Stream 7, Device 0,
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("dev_wgmma", ROOT / "benchmarks" / "dev_wgmma.py")
+    spec = importlib.util.spec_from_file_location("ncu_summary", ROOT / "benchmarks" / "ncu_summary.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
