@@ -206,6 +206,18 @@ VARIANTS.update({
     "v9_e3_sk2_noread": dict(_E3, STREAMK=2, DEV_NOREAD=1),
 })
 
+# Session 6: the last rows of tiles re-cut along N into TAILW / TAILW + 8 wide pieces (no split
+# along K, no fix-up): at 4096^3 each CTA gets 3 tiles and a 224-232 wide piece, or 2 and two.
+VARIANTS.update({
+    "v11_e3": _E3,
+    "v11_e3_tw224": dict(_E3, TAILW=224),
+    "v11_e3_tw240": dict(_E3, TAILW=240),
+    "v11_224_tw192": dict(_E3, BN=224, TAILW=192),
+    "v11_e3_tw224_g8": dict(_E3, TAILW=224, GROUP_M=8),
+    "v11_e2_s3_tw224": dict(_E3, EPI=2, STAGES=3, TAILW=224),
+    "v11_e3_again": _E3,
+})
+
 
 def build(out: Path, names: list[str]) -> None:
     from porter.arch import get_arch
@@ -306,7 +318,8 @@ def run(cubins: Path, reps: int, hang_s: float, out_dir: Path, only: list[str] |
             ref_norm = ref.norm().item()
             err_cublas = ((cublas().float() - ref).norm() / ref_norm).item()
         for n in names:
-            cfg = {"SPLITK": 1, "STREAMK": 0, "SWAP": 0, **manifest[n]["config"]}   # v1/v2 variants
+            # variants older than a parameter leave it at its off value
+            cfg = {"SPLITK": 1, "STREAMK": 0, "SWAP": 0, "TAILW": 0, **manifest[n]["config"]}
             size = (M, N, K)
             env = tpl.env(cfg, arch, size)
             bad = [cexpr.text for cexpr in tpl.constraints if not cexpr(env)]

@@ -67,6 +67,10 @@ def test_short_gemm_port_verifies_every_measured_trial(tmp_path):
     (dict(BN=200, EPI=1, STAGES=5), (3000, 4040, 4104)),
     (dict(STREAMK=2), (3000, 4040, 4104)),
     (dict(BN=224, STREAMK=1), (3000, 4040, 4104)),
+    # the last rows re-cut into pieces (4096^3: 8 rows of 18 pieces 224-232 wide; ragged: 4 rows
+    # of 21 pieces 192-200 wide, the partial last row of tiles among them)
+    (dict(TAILW=224), (4096, 4096, 4096)),
+    (dict(BN=224, TAILW=192), (3000, 4040, 4104)),
 ])
 def test_wgmma_side_by_side_interleaved(config, size):
     """Hopper only: a gemm_wgmma variant measured the way benchmarks end (ours and cuBLAS

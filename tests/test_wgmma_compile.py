@@ -43,7 +43,15 @@ CONFIGS = [
          SPLITK=1, STREAMK=0, SWAP=0),
     dict(BM=128, BN=224, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=8, PERSIST=1, CLUSTER=2, EPI=3,
          SPLITK=1, STREAMK=0, SWAP=0),
+    # the last rows re-cut into pieces: a k-loop and an epilogue for each of three widths
+    dict(BM=128, BN=256, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=16, PERSIST=1, CLUSTER=1, EPI=3,
+         SPLITK=1, STREAMK=0, SWAP=0, TAILW=224),
+    dict(BM=128, BN=256, BK=64, STAGES=3, CONSUMERS=2, GROUP_M=16, PERSIST=1, CLUSTER=1, EPI=2,
+         SPLITK=1, STREAMK=0, SWAP=0, TAILW=224),
+    dict(BM=128, BN=224, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=8, PERSIST=1, CLUSTER=1, EPI=3,
+         SPLITK=1, STREAMK=0, SWAP=0, TAILW=192),
 ]
+CONFIGS = [{**c, "TAILW": c.get("TAILW", 0)} for c in CONFIGS]
 SMALL = (16, 8192, 8192)
 
 
@@ -63,14 +71,17 @@ def test_space_loads_and_declares_hopper_features():
     assert tpl.op == "gemm" and tpl.kernel == "gemm_wgmma"
     assert set(tpl.requires) == {"wgmma", "tma", "setmaxnreg"}
     assert tpl.supported_archs() == ("sm_90a",)
-    assert [tm.buffer for tm in tpl.tensor_maps] == ["A", "B", "C"]
+    assert [tm.buffer for tm in tpl.tensor_maps] == ["A", "B", "C", "B"]
     assert all(tm.swizzle == 128 for tm in tpl.tensor_maps)
     cfg = CONFIGS[1]
     env = tpl.env(cfg, SM90A, (4096, 4096, 4096))
     boxes = [[int(e(env)) for e in tm.box] for tm in tpl.tensor_maps]
-    assert boxes == [[64, 128], [64, 256], [0, 0]]  # innermost first: {K, rows}; C: not used
+    # innermost first: {K, rows}; C and the pieces' B: not used
+    assert boxes == [[64, 128], [64, 256], [0, 0], [0, 0]]
     env = tpl.env(CONFIGS[9], SM90A, (4096, 4096, 4096))
     assert [int(e(env)) for e in tpl.tensor_maps[2].box] == [64, 64]   # EPI=2: C by TMA
+    env = tpl.env(CONFIGS[16], SM90A, (4096, 4096, 4096))                # TAILW = 224
+    assert [int(e(env)) for e in tpl.tensor_maps[3].box] == [64, 232]
     assert all(x <= 256 for b in boxes for x in b)
     L = tpl.launch(cfg, SM90A, (4096, 4096, 4096))
     assert L.block == (384, 1, 1) and L.grid == (132, 1, 1)
@@ -103,7 +114,7 @@ def test_split_geometry_and_workspace():
     assert tpl.launch(swap, SM90A, SMALL).grid == (128, 1, 1)           # 8192 / 64 x 16 / 16
     env = tpl.env(swap, SM90A, SMALL)
     assert [[int(e(env)) for e in tm.box] for tm in tpl.tensor_maps] == [[64, 16], [64, 64],
-                                                                   [0, 0]]
+                                                                   [0, 0], [0, 0]]
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_100a", "sm_90"])
@@ -119,7 +130,7 @@ def test_refuses_architectures_without_wgmma(arch):
 def test_constraints_reject_oversized_configs():
     tpl = find_template("gemm_wgmma")
     base = dict(BM=128, BN=256, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=8, PERSIST=1, CLUSTER=1, EPI=0,
-                SPLITK=1, STREAMK=0, SWAP=0)
+                SPLITK=1, STREAMK=0, SWAP=0, TAILW=0)
     assert _feasible(tpl, {**base, "EPI": 1})                    # 4 stages + 2 x 16 KB staging
     assert _feasible(tpl, base)
     assert not _feasible(tpl, {**base, "STAGES": 5})             # 240 KB of smem
@@ -159,6 +170,19 @@ def test_constraints_reject_oversized_configs():
     assert not _feasible(tpl, {**base, "BN": 200, "CLUSTER": 2})         # 100 rows each
     assert _feasible(tpl, {**base, "BN": 200, "EPI": 3, "STAGES": 5})   # 223 KB of 227
     assert not _feasible(tpl, {**base, "BN": 224, "EPI": 3, "STAGES": 5})
+    # the last rows re-cut into pieces: at 4096^3 (512 tiles of 128x256, 3.88 waves) 8 rows in 18
+    # pieces of 224-232 fill the last wave; 21 pieces of 192-200 a row need more rows than the
+    # last wave holds; whole waves (1056 tiles) leave nothing to re-cut
+    tail = {**base, "EPI": 3, "TAILW": 224}
+    assert _feasible(tpl, tail)
+    assert not _feasible(tpl, {**tail, "TAILW": 192})
+    assert _feasible(tpl, {**tail, "BN": 224, "TAILW": 192})             # 608 tiles, 21 pieces
+    assert not _feasible(tpl, {**tail, "BN": 224, "TAILW": 224})         # pieces as wide as tiles
+    assert not _feasible(tpl, tail, size=(4224, 8192, 4096))
+    assert _feasible(tpl, {**tail, "BN": 224, "TAILW": 192}, size=(3000, 4040, 4104))
+    assert not _feasible(tpl, {**tail, "EPI": 1})                        # TMA-stored epilogue only
+    assert not _feasible(tpl, {**tail, "STREAMK": 2})
+    assert not _feasible(tpl, {**tail, "PERSIST": 0})
     n = sum(1 for c in tpl.iter_configs() if _feasible(tpl, c))
     assert 20 <= n < tpl.space_size()
 

@@ -76,6 +76,13 @@ struct alignas(64) CUtensorMap { uint64_t opaque[16]; };
 #if CLUSTER != 1 && CLUSTER != 2
 #error "CLUSTER must be 1 or 2"
 #endif
+#ifndef TAILW
+#define TAILW 0        // > 0 (persistent): the last rows of tiles are re-cut along N into pieces
+#endif                 // TAILW or TAILW + 8 wide, as many as fill the last wave (no fix-up)
+#if TAILW && (!PERSIST || STREAMK || SPLITK != 1 || CLUSTER != 1 || SWAP || EPI < 2 || \
+              TAILW % 8 != 0 || TAILW + 8 > BN)
+#error "TAILW needs PERSIST=1, EPI=2/3, no STREAMK, SPLITK, CLUSTER or SWAP, and TAILW + 8 <= BN"
+#endif
 
 // A stage holds BK / 64 sub-tiles of 64 bf16 along K per operand (one 128-byte swizzle row
 // each, one TMA box each): BK=128 reads 256 contiguous bytes of every row per stage, which the
@@ -369,6 +376,100 @@ __device__ __forceinline__ void wgmma_m64n224k16(float* d, uint64_t da, uint64_t
       : "l"(da), "l"(db), "n"(1));
 }
 
+__device__ __forceinline__ void wgmma_m64n232k16(float* d, uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %118, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n232k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"
+      "%112, %113, %114, %115"
+      "}, %116, %117, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115])
+      : "l"(da), "l"(db), "n"(1));
+}
+
+__device__ __forceinline__ void wgmma_m64n240k16(float* d, uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %122, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n240k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"
+      "%112, %113, %114, %115, %116, %117, %118, %119"
+      "}, %120, %121, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119])
+      : "l"(da), "l"(db), "n"(1));
+}
+
+__device__ __forceinline__ void wgmma_m64n248k16(float* d, uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %126, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n248k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123"
+      "}, %124, %125, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123])
+      : "l"(da), "l"(db), "n"(1));
+}
+
 __device__ __forceinline__ void wgmma_m64n256k16(float* d, uint64_t da, uint64_t db) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
@@ -401,37 +502,36 @@ __device__ __forceinline__ void wgmma_m64n256k16(float* d, uint64_t da, uint64_t
       : "l"(da), "l"(db), "n"(1));
 }
 
-__device__ __forceinline__ void wgmma_tile(float* d, uint64_t da, uint64_t db) {
-#if BN == 16
-  wgmma_m64n16k16(d, da, db);
-#elif BN == 32
-  wgmma_m64n32k16(d, da, db);
-#elif BN == 64
-  wgmma_m64n64k16(d, da, db);
-#elif BN == 128
-  wgmma_m64n128k16(d, da, db);
-#elif BN == 192
-  wgmma_m64n192k16(d, da, db);
-#elif BN == 200
-  wgmma_m64n200k16(d, da, db);
-#elif BN == 224
-  wgmma_m64n224k16(d, da, db);
-#elif BN == 256
-  wgmma_m64n256k16(d, da, db);
-#else
-#error "BN must be 16, 32, 64, 128, 192, 200, 224 or 256"
-#endif
+// m64nWDk16 for the tile's width (BN) or a re-cut piece's (TAILW, TAILW + 8)
+template <int WD>
+__device__ __forceinline__ void wgmma_w(float* d, uint64_t da, uint64_t db) {
+  static_assert(WD == 16 || WD == 32 || WD == 64 || WD == 128 || WD == 192 || WD == 200 ||
+                WD == 224 || WD == 232 || WD == 240 || WD == 248 || WD == 256,
+                "BN must be 16, 32, 64, 128, 192, 200, 224 or 256 (TAILW 192, 224 or 240)");
+  if constexpr (WD == 16) wgmma_m64n16k16(d, da, db);
+  else if constexpr (WD == 32) wgmma_m64n32k16(d, da, db);
+  else if constexpr (WD == 64) wgmma_m64n64k16(d, da, db);
+  else if constexpr (WD == 128) wgmma_m64n128k16(d, da, db);
+  else if constexpr (WD == 192) wgmma_m64n192k16(d, da, db);
+  else if constexpr (WD == 200) wgmma_m64n200k16(d, da, db);
+  else if constexpr (WD == 224) wgmma_m64n224k16(d, da, db);
+  else if constexpr (WD == 232) wgmma_m64n232k16(d, da, db);
+  else if constexpr (WD == 240) wgmma_m64n240k16(d, da, db);
+  else if constexpr (WD == 248) wgmma_m64n248k16(d, da, db);
+  else wgmma_m64n256k16(d, da, db);
 }
+
+template <int V> struct IntC { enum { value = V }; };
 
 // Column blocks JB .. BN/8 - 1 of one 64-row slab stored straight from the accumulators, with
 // bounds checks (a partial tile; or the columns past the last whole 64-wide group of the staged
 // epilogues when BN % 64 != 0, e.g. 200 or 224): row is this thread's first row, col0 its first
 // column of block 0.
-template <int JB>
+template <int JB, int JE = BN / 8>
 __device__ __forceinline__ void store_tail_cols(const float* a, bf16_t* __restrict__ C, int row,
                                                 int col0, int M, int N) {
 #pragma unroll
-  for (int j = JB; j < BN / 8; ++j) {
+  for (int j = JB; j < JE; ++j) {
     const int col = col0 + j * 8;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -455,6 +555,47 @@ __device__ __forceinline__ void tile_coords(int tile, int tiles_m, int tiles_n, 
   const int r = tile % group;
   tm = first_m + r % gm;
   tn = r / gm;
+}
+
+// TAILW: the last R rows of tiles are cut along N into P pieces each, the first r of them
+// TAILW + 8 wide and the rest TAILW (N % 8 == 0: they tile N exactly), dealt out after the
+// Tf = (tiles_m - R) * tiles_n whole tiles in the same round robin. With T tiles on G CTAs
+// (k = ceil(T / G) waves), the smallest R with Tf <= (k - 1) * G and Tf + R * P <= k * G gives
+// every CTA at most k - 1 whole tiles and one piece, or k - 2 and two: its work shrinks from k
+// tile widths to (k - 1) * BN + TAILW + 8 (4096^3 at 128x256: R = 8 of 32 rows in 18 pieces, 1000
+// columns a CTA instead of 1024). R = 0 where no R fits (plain round robin).
+struct Recut { int R, P, r, Tf; };
+
+__device__ __forceinline__ Recut recut_plan(int tiles_m, int tiles_n, int N, int G) {
+  Recut rc{0, 1, 0, tiles_m * tiles_n};
+#if TAILW
+  const int T = tiles_m * tiles_n, k = (T + G - 1) / G, P = N / TAILW, r = (N - P * TAILW) / 8;
+  if (T % G != 0 && P > tiles_n && N % 8 == 0 && r <= P) {
+    const int rmin = max(1, (T - (k - 1) * G + tiles_n - 1) / tiles_n);
+    const int rmax = min(tiles_m, (k * G - T) / (P - tiles_n));
+    if (rmin <= rmax) rc = Recut{rmin, P, r, (tiles_m - rmin) * tiles_n};
+  }
+#endif
+  return rc;
+}
+
+// Where item u lies: a whole tile (row tm, column tn, first column cs, width code 0: BN) or a
+// piece (row tm, first column cs, width code 1: TAILW, 2: TAILW + 8).
+__device__ __forceinline__ void place(int u, int tiles_m, int tiles_n, const Recut& rc, int& tm,
+                                      int& tn, int& cs, int& wsel) {
+#if TAILW
+  if (u >= rc.Tf) {
+    const int p = (u - rc.Tf) % rc.P;
+    tm = tiles_m - rc.R + (u - rc.Tf) / rc.P;
+    tn = 0;
+    cs = p * TAILW + 8 * min(p, rc.r);
+    wsel = p < rc.r ? 2 : 1;
+    return;
+  }
+#endif
+  tile_coords(u, tiles_m - rc.R, tiles_n, tm, tn);
+  cs = tn * BN;
+  wsel = 0;
 }
 
 // A consumer warp frees a stage in every CTA of its cluster (their producers multicast into it).
@@ -574,7 +715,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 gemm_wgmma(const bf16_t* __restrict__ A, const bf16_t* __restrict__ B, bf16_t* __restrict__ C,
            int M, int N, int K, void* workspace,
            const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
-           const __grid_constant__ CUtensorMap tmC) {   // tmC: used by EPI=2/3 only
+           const __grid_constant__ CUtensorMap tmC,     // tmC: used by EPI=2/3 only
+           const __grid_constant__ CUtensorMap tmBp) {  // TAILW: B in boxes of TAILW + 8 rows
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
   const uint32_t sA = base;
@@ -617,6 +759,9 @@ gemm_wgmma(const bf16_t* __restrict__ A, const bf16_t* __restrict__ B, bf16_t* _
   const int tiles_n = (NC + BN - 1) / BN;
   const int ntiles = tiles_m * tiles_n;
   const int kt_n = (K + BK - 1) / BK;
+  const Recut rc = recut_plan(tiles_m, tiles_n, NC, Sched::ncl());
+  const int nitems = rc.Tf + rc.R * rc.P;   // = ntiles without TAILW (the scheduler's items)
+  (void)ntiles;
   Work w;
 
   if (wg == 0) {
@@ -626,28 +771,30 @@ gemm_wgmma(const bf16_t* __restrict__ A, const bf16_t* __restrict__ B, bf16_t* _
       tma_prefetch_desc(&tmA);
       tma_prefetch_desc(&tmB);
       if (EPI >= 2) tma_prefetch_desc(&tmC);
+      if (TAILW) tma_prefetch_desc(&tmBp);
       uint32_t it = 0;
-      while (Sched::at(it, w, ntiles, kt_n)) {
-        int tm, tn;
-        tile_coords(w.tile, tiles_m, tiles_n, tm, tn);
+      while (Sched::at(it, w, nitems, kt_n)) {
+        int tm, tn, cs, wsel;
+        place(w.tile, tiles_m, tiles_n, rc, tm, tn, cs, wsel);
         tm = tm * CLUSTER + crank;
         for (int kt = w.kb; kt < w.ke; ++kt, ++it) {
           const uint32_t s = it % STAGES;
           const uint32_t ph = (it / STAGES) & 1;
           mbar_wait(bars + 8 * (STAGES + s), ph ^ 1);
           const uint32_t full = bars + 8 * s;
-          mbar_expect_tx(full, STAGE_BYTES);
+          // a re-cut piece loads TAILW + 8 rows of B (smem traffic, not only MMAs, sets the pace)
+          mbar_expect_tx(full, wsel ? A_TILE_BYTES + KSUB * (TAILW + 8) * 128 : STAGE_BYTES);
 #pragma unroll
           for (int j = 0; j < KSUB; ++j) {
             tma_load_2d(sA + s * A_TILE_BYTES + j * A_SUB_BYTES, mapR, full, kt * BK + 64 * j,
                         tm * BM);
 #if CLUSTER > 1
             tma_load_2d_mc(sB + s * B_TILE_BYTES + j * B_SUB_BYTES + crank * (B_SUB_BYTES / CLUSTER),
-                           mapC, full, kt * BK + 64 * j, tn * BN + crank * (BN / CLUSTER),
+                           mapC, full, kt * BK + 64 * j, cs + crank * (BN / CLUSTER),
                            (uint16_t)((1 << CLUSTER) - 1));
 #else
-            tma_load_2d(sB + s * B_TILE_BYTES + j * B_SUB_BYTES, mapC, full, kt * BK + 64 * j,
-                        tn * BN);
+            tma_load_2d(sB + s * B_TILE_BYTES + j * B_SUB_BYTES, wsel ? &tmBp : mapC, full,
+                        kt * BK + 64 * j, cs);
 #endif
           }
         }
@@ -662,9 +809,9 @@ gemm_wgmma(const bf16_t* __restrict__ A, const bf16_t* __restrict__ B, bf16_t* _
     uint32_t it = 0;
     // (this loop form, and not `while (at(...))`, is the one ptxas keeps the accumulators of
     // every configuration in registers for, without serializing the wgmmas)
-    for (bool more = Sched::at(it, w, ntiles, kt_n); more; more = Sched::at(it, w, ntiles, kt_n)) {
-      int tm, tn;
-      tile_coords(w.tile, tiles_m, tiles_n, tm, tn);
+    for (bool more = Sched::at(it, w, nitems, kt_n); more; more = Sched::at(it, w, nitems, kt_n)) {
+      int tm, tn, cs, wsel;
+      place(w.tile, tiles_m, tiles_n, rc, tm, tn, cs, wsel);
       tm = tm * CLUSTER + crank;
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
@@ -674,38 +821,48 @@ gemm_wgmma(const bf16_t* __restrict__ A, const bf16_t* __restrict__ B, bf16_t* _
       for (int mt = 0; mt < MT; ++mt) fence_regs<BN / 2>(acc[mt]);
 
       uint32_t prev = 0;
-      for (int kt = w.kb; kt < w.ke; ++kt, ++it) {
-        const uint32_t s = it % STAGES;
-        const uint32_t ph = (it / STAGES) & 1;
-        mbar_wait(bars + 8 * s, ph);
-        const uint32_t a0 = sA + s * A_TILE_BYTES + c * (WM * 128);
-        const uint32_t b0 = sB + s * B_TILE_BYTES;
-        wgmma_fence();
+      // the k-loop for the item's width: BN, or a re-cut piece's (one copy of the loop each)
+      const auto kloop = [&](auto wdc) {
+        constexpr int WD = decltype(wdc)::value;
+        for (int kt = w.kb; kt < w.ke; ++kt, ++it) {
+          const uint32_t s = it % STAGES;
+          const uint32_t ph = (it / STAGES) & 1;
+          mbar_wait(bars + 8 * s, ph);
+          const uint32_t a0 = sA + s * A_TILE_BYTES + c * (WM * 128);
+          const uint32_t b0 = sB + s * B_TILE_BYTES;
+          wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < BK / 16; ++kk) {
-          const int j = kk / 4, k16 = kk % 4;     // sub-tile, 16-wide step inside it
-          const uint64_t db = smem_desc(b0 + j * B_SUB_BYTES + k16 * 32);
+          for (int kk = 0; kk < BK / 16; ++kk) {
+            const int j = kk / 4, k16 = kk % 4;     // sub-tile, 16-wide step inside it
+            const uint64_t db = smem_desc(b0 + j * B_SUB_BYTES + k16 * 32);
 #pragma unroll
-          for (int mt = 0; mt < MT; ++mt)
-            wgmma_tile(acc[mt], smem_desc(a0 + j * A_SUB_BYTES + mt * (64 * 128) + k16 * 32), db);
-        }
-        wgmma_commit();
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) fence_regs<BN / 2>(acc[mt]);
-        if (kt > w.kb) {
-          wgmma_wait<1>();
+            for (int mt = 0; mt < MT; ++mt)
+              wgmma_w<WD>(acc[mt], smem_desc(a0 + j * A_SUB_BYTES + mt * (64 * 128) + k16 * 32), db);
+          }
+          wgmma_commit();
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt) fence_regs<BN / 2>(acc[mt]);
-          if (lane == 0) release_stage(bars + 8 * (STAGES + prev));
+          if (kt > w.kb) {
+            wgmma_wait<1>();
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) fence_regs<BN / 2>(acc[mt]);
+            if (lane == 0) release_stage(bars + 8 * (STAGES + prev));
+          }
+          prev = s;
         }
-        prev = s;
-      }
+      };
+#if TAILW
+      if (wsel == 1) kloop(IntC<TAILW>{});
+      else if (wsel == 2) kloop(IntC<TAILW + 8>{});
+      else
+#endif
+        kloop(IntC<BN>{});
       wgmma_wait<0>();
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) fence_regs<BN / 2>(acc[mt]);
       if (lane == 0) release_stage(bars + 8 * (STAGES + prev));
 
-      const int col0 = tn * BN + (lane % 4) * 2;
+      const int col0 = cs + (lane % 4) * 2;
 #if SPLITK > 1 || STREAMK
       const int parts = Sched::parts(w, ntiles, kt_n);
 #ifdef DEV_NOFIX
@@ -801,7 +958,10 @@ gemm_wgmma(const bf16_t* __restrict__ A, const bf16_t* __restrict__ B, bf16_t* _
       // Boxes of 64 rows x 64 columns (128 bytes, 16-byte chunk q of row r at (q ^ r % 8) * 16,
       // TMA's 128-byte swizzle). EPI=2: box (mt, b) of this consumer at its own offset; EPI=3:
       // EPI_W / 64 boxes reused, so each group waits for the previous group's stores to read.
-      {
+      // the item's width: BN, or a re-cut piece's (its columns past the last whole box from the
+      // registers, like BN = 200 / 224)
+      const auto epi = [&](auto wdc) {
+        constexpr int WD = decltype(wdc)::value;
         constexpr int BOX = 64 * 64 * 2;
         constexpr int GB = EPI == 2 ? BN / 64 : EPI_W / 64;     // boxes per group
         const uint32_t cbuf = sC + c * (EPI == 2 ? MT * (BN / 64) * BOX : GB * BOX);
@@ -811,13 +971,14 @@ gemm_wgmma(const bf16_t* __restrict__ A, const bf16_t* __restrict__ B, bf16_t* _
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-          for (int g = 0; g < BN / 64 / GB; ++g) {
+          for (int g = 0; g < (WD / 64 + GB - 1) / GB; ++g) {
             if (EPI == 3 || (mt == 0 && g == 0)) {
               if (tid == 0) tma_store_wait_read();
               asm volatile("bar.sync %0, 128;" :: "r"(1 + c) : "memory");   // buffer free
             }
 #pragma unroll
             for (int bx = 0; bx < GB; ++bx) {
+              if (g * GB + bx >= WD / 64) continue;
               const int box = EPI == 2 ? mt * (BN / 64) + g * GB + bx : bx;
               const uint32_t bb = cbuf + box * BOX + r * 128;
 #pragma unroll
@@ -836,18 +997,26 @@ gemm_wgmma(const bf16_t* __restrict__ A, const bf16_t* __restrict__ B, bf16_t* _
             if (tid == 0) {
 #pragma unroll
               for (int bx = 0; bx < GB; ++bx) {
+                if (g * GB + bx >= WD / 64) continue;
                 const int box = EPI == 2 ? mt * (BN / 64) + g * GB + bx : bx;
-                tma_store_2d(&tmC, cbuf + box * BOX, tn * BN + (g * GB + bx) * 64,
+                tma_store_2d(&tmC, cbuf + box * BOX, cs + (g * GB + bx) * 64,
                              tm * BM + c * WM + mt * 64);
               }
               tma_store_commit();
             }
           }
-          if (BN % 64 != 0)   // the columns past the last whole box
-            store_tail_cols<BN / 64 * 8>(acc[mt], C, tm * BM + c * WM + mt * 64 + warp * 16 + lane / 4,
-                                         col0, M, N);
+          if constexpr (WD % 64 != 0)   // the columns past the last whole box
+            store_tail_cols<WD / 64 * 8, WD / 8>(acc[mt], C,
+                                                 tm * BM + c * WM + mt * 64 + warp * 16 + lane / 4,
+                                                 col0, M, N);
         }
-      }
+      };
+#if TAILW
+      if (wsel == 1) epi(IntC<TAILW>{});
+      else if (wsel == 2) epi(IntC<TAILW + 8>{});
+      else
+#endif
+        epi(IntC<BN>{});
 #else
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
