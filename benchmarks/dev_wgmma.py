@@ -208,10 +208,11 @@ VARIANTS.update({
 
 # Session 6: the last rows of tiles re-cut along N into TAILW / TAILW + 8 wide pieces (no split
 # along K, no fix-up): at 4096^3 each CTA gets 3 tiles and a 224-232 wide piece, or 2 and two.
+# v11_e3_tw240 (TAILW = 240: 0.991-0.995 at 4096^3 in runs 11 and 12) was measured too; its
+# wgmma widths (240, 248) left the kernel with it.
 VARIANTS.update({
     "v11_e3": _E3,
     "v11_e3_tw224": dict(_E3, TAILW=224),
-    "v11_e3_tw240": dict(_E3, TAILW=240),
     "v11_224_tw192": dict(_E3, BN=224, TAILW=192),
     "v11_e3_tw224_g8": dict(_E3, TAILW=224, GROUP_M=8),
     "v11_e2_s3_tw224": dict(_E3, EPI=2, STAGES=3, TAILW=224),
