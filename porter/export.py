@@ -58,6 +58,27 @@ def tuning_table(store: Store, job_id: int) -> tuple[Template, str, list[dict]]:
     return tpl, info.spec.arch, rows
 
 
+def _launch(tpl: Template, arch: str, params: dict, size) -> dict | None:
+    """How to launch one tuned kernel at its size: geometry, workspace (the first
+    workspace_clean_bytes zeroed before the first launch; the kernel leaves them so) and the TMA
+    tensor maps it takes after its plain arguments, in order (a zero box: the configuration does
+    not use that map; pass 128 zero bytes). None where the stored configuration no longer fits
+    the template."""
+    try:
+        a, size = get_arch(arch), tuple(size)
+        env = tpl.env(params, a, size)
+        L = tpl.launch(params, a, size, env=env)
+        d = {"grid": list(L.grid), "block": list(L.block), "smem_bytes": L.smem,
+             "cluster": list(L.cluster), "workspace_bytes": tpl.workspace_bytes(params, a, size),
+             "workspace_clean_bytes": tpl.workspace_clean_bytes(params, a, size)}
+        if tpl.tensor_maps:
+            d["tensor_maps"] = [{"buffer": tm.buffer, "box": [int(b(env)) for b in tm.box],
+                                 "swizzle": tm.swizzle} for tm in tpl.tensor_maps]
+        return d
+    except PorterError:
+        return None
+
+
 def _manifest(tpl: Template, arch: str, job_id: int, fmt: str, rows: list[dict]) -> dict:
     dev = next((r.get("device") for r in rows if r.get("device")), {}) or {}
     measured = any("ours_ms" in r for r in rows)
@@ -72,7 +93,9 @@ def _manifest(tpl: Template, arch: str, job_id: int, fmt: str, rows: list[dict])
                          "compile-only job: nothing was measured; every size gets the first "
                          "compiled configuration",
             "date": datetime.datetime.now().isoformat(timespec="seconds"),
-            "measurements": [{k: v for k, v in r.items() if k != "device"} for r in rows]}
+            "measurements": [{**{k: v for k, v in r.items() if k != "device"},
+                              "launch": _launch(tpl, arch, r["params"], r["size"])}
+                             for r in rows]}
 
 
 def _variant_name(tpl: Template, params: dict) -> str:

@@ -43,6 +43,9 @@ def test_every_format_writes_files_and_a_manifest(job, fmt, tmp_path):
     assert manifest["template"] == "gemm_mma" and manifest["arch"] == "sm_90a"
     assert manifest["gpu"].startswith("NVIDIA H200")
     assert {tuple(m["size"]) for m in manifest["measurements"]} == {(4096,) * 3, (8192,) * 3}
+    big = next(m for m in manifest["measurements"] if m["size"] == [8192] * 3)
+    assert big["launch"]["grid"][0] * big["launch"]["grid"][1] > 1 and big["launch"]["smem_bytes"] > 0
+    assert "tensor_maps" not in big["launch"]                  # gemm_mma takes plain pointers
 
 
 def test_exported_cu_compiles_standalone(job, tmp_path):
@@ -184,3 +187,23 @@ def test_compile_only_job_exports_the_first_compiled_config(tmp_path):
     assert manifest["gpu"] == "not measured"
     assert manifest["selection"].startswith("compile-only job")
     assert len([p for p in paths if p.suffix == ".cu"]) == 3
+
+
+def test_manifest_says_how_to_launch_a_tma_kernel(tmp_path):
+    """gemm_wgmma takes TMA tensor maps after its plain arguments: the manifest lists each
+    map's buffer, box and swizzle per tuned size (a zero box: unused, 128 zero bytes), with the
+    grid, cluster and workspace."""
+    from conftest import replay_job
+    store = open_store(f"sqlite:///{tmp_path / 'w.db'}")
+    job_id = replay_job(store, "gemm_wgmma", None, arch="sm_90a", trials=1,
+                        sizes=["4096x4096x4096"], backend="compile-only", workers=1)
+    export(store, job_id, "cubin", tmp_path / "out")
+    launch = json.loads((tmp_path / "out" / "manifest.json").read_text())["measurements"][0]["launch"]
+    # the default configuration: 128x256 tiles, persistent on 132 SMs, C stored by TMA, no pieces
+    assert launch["grid"] == [132, 1, 1] and launch["block"] == [384, 1, 1]
+    assert launch["cluster"] == [1, 1, 1] and launch["workspace_bytes"] == 0
+    assert launch["tensor_maps"] == [
+        {"buffer": "A", "box": [64, 128], "swizzle": 128},
+        {"buffer": "B", "box": [64, 256], "swizzle": 128},
+        {"buffer": "C", "box": [64, 64], "swizzle": 128},
+        {"buffer": "B", "box": [0, 0], "swizzle": 128}]
