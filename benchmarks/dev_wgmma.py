@@ -333,15 +333,14 @@ def run(cubins: Path, reps: int, hang_s: float, out_dir: Path, only: list[str] |
                 continue
             L = tpl.launch(cfg, arch, size)
             maps = []
-            for spec in tpl.tensor_maps:
-                box = [int(e(env)) for e in spec.box]
+            for buf, box, swizzle in tpl.map_boxes(env):
                 if not all(box):   # a zero extent: this configuration does not use the map
                     maps.append(bytes(128))
                     continue
-                t = {"A": a, "B": b, "C": c}[spec.buffer]
+                t = {"A": a, "B": b, "C": c}[buf]
                 rows_, cols_ = t.shape
                 maps.append(tma.encode_tiled_2d(t.data_ptr(), rows_, cols_, t.stride(0) * 2,
-                                                box[0], box[1], spec.swizzle))
+                                                box[0], box[1], swizzle))
             ws_bytes = tpl.workspace_bytes(cfg, arch, size)
             ws_clean = tpl.workspace_clean_bytes(cfg, arch, size)
             ws = torch.zeros(max(ws_bytes, 16), dtype=torch.uint8, device=dev)

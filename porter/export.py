@@ -72,8 +72,8 @@ def _launch(tpl: Template, arch: str, params: dict, size) -> dict | None:
              "cluster": list(L.cluster), "workspace_bytes": tpl.workspace_bytes(params, a, size),
              "workspace_clean_bytes": tpl.workspace_clean_bytes(params, a, size)}
         if tpl.tensor_maps:
-            d["tensor_maps"] = [{"buffer": tm.buffer, "box": [int(b(env)) for b in tm.box],
-                                 "swizzle": tm.swizzle} for tm in tpl.tensor_maps]
+            d["tensor_maps"] = [{"buffer": buf, "box": list(box), "swizzle": sw}
+                                for buf, box, sw in tpl.map_boxes(env)]
         return d
     except PorterError:
         return None

@@ -157,6 +157,12 @@ class Template:
                       smem=int(self.smem(env)),
                       cluster=tuple(int(e(env)) for e in self.cluster))
 
+    def map_boxes(self, env) -> list[tuple[str, tuple[int, ...], int]]:
+        """Each [[tensor_maps]] entry as (buffer, box, swizzle) in this configuration's env; a
+        box with a zero extent: the configuration does not use that map."""
+        return [(tm.buffer, tuple(int(b(env)) for b in tm.box), tm.swizzle)
+                for tm in self.tensor_maps]
+
     def metric(self, name: str, config, arch: Arch, size) -> float | None:
         e = self.metrics.get(name)
         return None if e is None else float(e(self.env(config, arch, size)))

@@ -137,8 +137,7 @@ class GpuBackend(Backend):
                 "workspace_clean": template.workspace_clean_bytes(config, arch, size),
                 "flops": template.metric("flops", config, arch, size),
                 "bytes": template.metric("bytes", config, arch, size),
-                "tensor_maps": [(tm.buffer, tuple(int(b(env)) for b in tm.box), tm.swizzle)
-                                for tm in template.tensor_maps],
+                "tensor_maps": template.map_boxes(env),
             })
         try:
             self._conn.send(job)
