@@ -1,0 +1,18 @@
+// hopper/hopper.cuh: Kernel Porter's tile primitives for Hopper (sm_90a), all in one include.
+//
+//   sync.cuh       mbarriers, named barriers, proxy fences, cluster helpers
+//   tma.cuh        TMA tile loads (2-D / 3-D, multicast) and stores, CUtensorMap
+//   pipeline.cuh   Ring / Cursor: producer-consumer stages over mbarriers
+//   wgmma.cuh      shared-memory descriptors (128B swizzle, K- and MN-major), MMA batches
+//   wgmma_bf16.cuh the m64nNk16 bf16 instructions, SS and RS (generated)
+//   fragment.cuh   accumulator / A-operand register layouts, quad reductions
+//   warpgroup.cuh  warpgroup indices, setmaxnreg
+// A Blackwell (tcgen05 / TMEM) set would sit beside this folder as blackwell/, sharing the
+// TMA and barrier parts.
+#pragma once
+#include "hopper/sync.cuh"
+#include "hopper/tma.cuh"
+#include "hopper/pipeline.cuh"
+#include "hopper/wgmma.cuh"
+#include "hopper/fragment.cuh"
+#include "hopper/warpgroup.cuh"

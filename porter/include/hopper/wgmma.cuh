@@ -1,0 +1,80 @@
+// hopper/wgmma.cuh: warpgroup MMAs on swizzled shared-memory tiles (sm_90a).
+//
+// Tiles are stored as TMA writes them with a 128-byte swizzle: rows of 64 bf16 (128 bytes),
+// 16-byte chunk q of row r at (q ^ r % 8) * 16, atoms of 8 rows (1024 bytes, 1024-aligned).
+// A tile wider than 64 elements along its contiguous dimension is several such boxes.
+//   K-major operand (Q, K: rows are M / N, the 64 contiguous elements are K): one box covers
+//     k = 0..63; the k16 step kk starts 32 * kk bytes into it.
+//   MN-major operand (V in P V: rows are K, the contiguous elements are N): boxes of 64
+//     columns lie `box_bytes` apart (the leading byte offset); the k16 step starts 16 rows
+//     (2048 bytes) further.
+// Protocol per batch of MMAs: fence() (orders register accesses before the async reads),
+// the MMAs, commit(), then wait<N>() until at most N batches are still in flight.
+#pragma once
+#include "porter.cuh"
+#include "hopper/wgmma_bf16.cuh"
+
+namespace hopper {
+namespace wgmma {
+
+// K-major, 128B swizzle: 8-row groups 1024 bytes apart (stride byte offset); the leading byte
+// offset is unused for swizzled K-major layouts (1).
+__device__ __forceinline__ uint64_t desc_k_sw128(uint32_t addr) {
+  return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) |
+         ((uint64_t)1 << 62);
+}
+
+// MN-major, 128B swizzle: 64-element column blocks `box_bytes` apart (leading byte offset),
+// 8-row groups along K 1024 bytes apart (stride byte offset).
+__device__ __forceinline__ uint64_t desc_mn_sw128(uint32_t addr, uint32_t box_bytes) {
+  return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)((box_bytes & 0x3FFFF) >> 4) << 16) |
+         ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
+}
+
+__device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+template <int kN>
+__device__ __forceinline__ void wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(kN) : "memory");
+}
+
+// Keeps the compiler from moving accesses to these registers across an issue / wait point
+// (the MMAs read and write them asynchronously).
+template <int kRegs>
+__device__ __forceinline__ void fence_regs(float* d) {
+#pragma unroll
+  for (int i = 0; i < kRegs; ++i) asm volatile("" : "+f"(d[i]) :: "memory");
+}
+template <int kRegs>
+__device__ __forceinline__ void fence_regs(uint32_t* d) {
+#pragma unroll
+  for (int i = 0; i < kRegs; ++i) asm volatile("" : "+r"(d[i]) :: "memory");
+}
+
+// D[64 x N] (+)= A[64 x 16*kSteps] B, A and B K-major 128B-swizzled boxes of 64 along K:
+// a0 / b0 address the first box, the next boxes lie a_box / b_box bytes further.
+template <int kN, int kSteps>
+__device__ __forceinline__ void mma_ss_k(float* d, uint32_t a0, uint32_t a_box, uint32_t b0,
+                                         uint32_t b_box, bool accumulate) {
+#pragma unroll
+  for (int kk = 0; kk < kSteps; ++kk) {
+    const uint32_t off = (kk % 4) * 32;
+    wgmma_bf16<kN, 0>::ss(d, desc_k_sw128(a0 + (kk / 4) * a_box + off),
+                         desc_k_sw128(b0 + (kk / 4) * b_box + off), (accumulate || kk > 0) ? 1 : 0);
+  }
+}
+
+// D[64 x N] += A B with A in registers (4 words per k16 step, fragment.cuh) and B MN-major:
+// b0 addresses row 0 of the first 64-column box, boxes b_box bytes apart.
+template <int kN, int kSteps>
+__device__ __forceinline__ void mma_rs_mn(float* d, const uint32_t* a, uint32_t b0,
+                                          uint32_t b_box) {
+#pragma unroll
+  for (int kk = 0; kk < kSteps; ++kk)
+    wgmma_bf16<kN, 1>::rs(d, a + 4 * kk, desc_mn_sw128(b0 + kk * 2048, b_box), 1);
+}
+
+}  // namespace wgmma
+}  // namespace hopper
