@@ -53,7 +53,19 @@ VARIANTS = {
     "pp_bn176_persist": dict(BN=176, STAGES=2, CONSUMERS=2, INTRA=1, PINGPONG=1, PERSIST=1),
     "c3_bn128": dict(BN=128, STAGES=2, CONSUMERS=3, INTRA=1, PINGPONG=1, PERSIST=0),   # D = 64
     "c3_bn96": dict(BN=96, STAGES=2, CONSUMERS=3, INTRA=1, PINGPONG=1, PERSIST=0),     # D = 64
+    # v2: TMA-stored epilogue, persistent variants without ping-pong, 3 consumers persistent
+    "intra_bn176": dict(BN=176, STAGES=2, CONSUMERS=2, INTRA=1, PINGPONG=0, PERSIST=0),
+    "intra_bn128_persist": dict(BN=128, STAGES=2, CONSUMERS=2, INTRA=1, PINGPONG=0, PERSIST=1),
+    "intra_bn176_persist": dict(BN=176, STAGES=2, CONSUMERS=2, INTRA=1, PINGPONG=0, PERSIST=1),
+    "intra_bn128_epi": dict(BN=128, STAGES=2, CONSUMERS=2, INTRA=1, PINGPONG=0, PERSIST=0, EPI=1),
+    "pp_bn128_persist_epi": dict(BN=128, STAGES=2, CONSUMERS=2, INTRA=1, PINGPONG=1, PERSIST=1, EPI=1),
+    "intra_bn128_persist_epi": dict(BN=128, STAGES=2, CONSUMERS=2, INTRA=1, PINGPONG=0, PERSIST=1, EPI=1),
+    "c3_bn128_persist": dict(BN=128, STAGES=2, CONSUMERS=3, INTRA=1, PINGPONG=1, PERSIST=1),
+    "c3_bn128_persist_s4": dict(BN=128, STAGES=4, CONSUMERS=3, INTRA=1, PINGPONG=1, PERSIST=1),
+    "c3_bn128_persist_epi": dict(BN=128, STAGES=2, CONSUMERS=3, INTRA=1, PINGPONG=1, PERSIST=1, EPI=1),
 }
+for _d in VARIANTS.values():
+    _d.setdefault("EPI", 0)
 
 # (B, H, HKV, S, D, causal)
 ANCHORS = [
@@ -72,9 +84,7 @@ RAGGED = [  # verification only: sequence lengths that cut the tiles
 
 def fits(defs: dict, D: int) -> bool:
     """The space file's constraints, restated: shared memory and registers."""
-    bm = 64 * defs["CONSUMERS"]
-    smem = 1024 + bm * D * 2 + 2 * defs["STAGES"] * defs["BN"] * D * 2 + 8 * (4 * defs["STAGES"] + 2)
-    if smem > 227 * 1024:
+    if smem_bytes(defs, D) > 227 * 1024:
         return False
     if defs["CONSUMERS"] == 3 and D * 0.5 + defs["BN"] * 0.75 > 128:   # 160 registers a thread
         return False
@@ -82,7 +92,8 @@ def fits(defs: dict, D: int) -> bool:
 
 
 def smem_bytes(defs: dict, D: int) -> int:
-    return 1024 + 64 * defs["CONSUMERS"] * D * 2 + 2 * defs["STAGES"] * defs["BN"] * D * 2 + \
+    q = 64 * defs["CONSUMERS"] * D * 2
+    return 1024 + q * (1 + defs["EPI"]) + 2 * defs["STAGES"] * defs["BN"] * D * 2 + \
         8 * (4 * defs["STAGES"] + 2)
 
 
@@ -143,7 +154,8 @@ class Ours:
                      ctypes.c_void_p(lse.data_ptr()), ctypes.c_int(B), ctypes.c_int(H),
                      ctypes.c_int(k.shape[1]), ctypes.c_int(S), ctypes.c_int(int(causal)),
                      ctypes.c_float(scale), ctypes.c_void_p(0),
-                     encode_3d(q, bm), encode_3d(k, defs["BN"]), encode_3d(v, defs["BN"])]
+                     encode_3d(q, bm), encode_3d(k, defs["BN"]), encode_3d(v, defs["BN"]),
+                     encode_3d(o, 64)]
         self.stream = torch.cuda.current_stream().cuda_stream
 
     def __call__(self):

@@ -19,10 +19,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from porter.arch import get_arch  # noqa: E402
-from porter.check import static_check  # noqa: E402
-from porter.compile import compile_variant, nvrtc_version  # noqa: E402
-from porter.template import find_template  # noqa: E402
+from porter.spec.arch import get_arch  # noqa: E402
+from porter.build.check import static_check  # noqa: E402
+from porter.build.compile import compile_variant, nvrtc_version  # noqa: E402
+from porter.spec.template import find_template  # noqa: E402
 
 
 def _one(args):

@@ -35,9 +35,9 @@ def fill(url: str) -> dict:
 
     from db.engine import get_engine, normalize_url
     from db.models import Job, Measurement, Template, Trial
-    from porter.jobs import template_record
-    from porter.store import open_store
-    from porter.template import find_template
+    from porter.job.jobs import template_record
+    from porter.store.base import open_store
+    from porter.spec.template import find_template
 
     open_store(url)
     rng = random.Random(0)

@@ -6,7 +6,7 @@ Two steps, so the GPU machine needs no NVRTC of its own:
                 compiles the variants below to cubins + manifest.json (ptxas resources kept)
   device:       python3 benchmarks/dev_wgmma.py run [--cubins out_wgmma] [--reps 50]
                 loads each cubin (cuModuleLoadData), launches it with TMA descriptors built from
-                space.toml's [[tensor_maps]] (porter.backends.tma), checks it against an fp32
+                space.toml's [[tensor_maps]] (porter.measure.tma), checks it against an fp32
                 torch reference (relative Frobenius error, poisoned output), and times it
                 interleaved with torch.matmul (cuBLAS) using CUDA events, L2 flushed before each
                 repetition; median over reps. Writes JSON to $OUT (or benchmarks/results/).
@@ -221,9 +221,9 @@ VARIANTS.update({
 
 
 def build(out: Path, names: list[str]) -> None:
-    from porter.arch import get_arch
-    from porter.compile import compile_variant
-    from porter.template import load_template
+    from porter.spec.arch import get_arch
+    from porter.build.compile import compile_variant
+    from porter.spec.template import load_template
     tpl = load_template(TEMPLATE_DIR)
     arch = get_arch("sm_90a")
     out.mkdir(parents=True, exist_ok=True)
@@ -260,9 +260,9 @@ def _gpu_info() -> dict:
 def run(cubins: Path, reps: int, hang_s: float, out_dir: Path, only: list[str] | None,
         tag: str = "", sizes=None, profile: bool = False) -> None:
     import torch
-    from porter.arch import get_arch
-    from porter.backends import tma
-    from porter.template import load_template
+    from porter.spec.arch import get_arch
+    from porter.measure.backends import tma
+    from porter.spec.template import load_template
 
     tpl = load_template(TEMPLATE_DIR)
     arch = get_arch("sm_90a")

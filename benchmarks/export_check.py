@@ -56,7 +56,7 @@ def preflight(backend: str) -> None:
 
 # ---- steps 1 and 2: port and export (this process never initialises CUDA) --------------------
 def port(args, rep: Report, env: dict, deadline: float) -> list[int]:
-    from porter.store import open_store
+    from porter.store.base import open_store
     jobs = []
     for item in args.ports.split(","):
         name, size, trials = item.split(":")
@@ -87,10 +87,10 @@ def port(args, rep: Report, env: dict, deadline: float) -> list[int]:
 
 
 def export_job(args, rep: Report, job: int) -> dict:
-    from porter.arch import get_arch
-    from porter.compile import BASE_OPTIONS, _nvrtc_compile, compile_variant
-    from porter.export import _variant_name, export, tuning_table
-    from porter.store import open_store
+    from porter.spec.arch import get_arch
+    from porter.build.compile import BASE_OPTIONS, _nvrtc_compile, compile_variant
+    from porter.export.export import _variant_name, export, tuning_table
+    from porter.store.base import open_store
     store = open_store(args.db)
     tpl, arch, rows = tuning_table(store, job)
     out = args.out / "export" / f"job{job}_{tpl.name}"
@@ -153,13 +153,13 @@ def roundtrip(module: str, db: str, job: int, rounds: int) -> dict:
     sys.path.insert(0, str(ROOT))
     import statistics
     import cupy as cp
-    from porter.arch import get_arch
-    from porter.backends.gpu_child import Child, _np_args
-    from porter.compile import compile_variant
-    from porter.ops import get_op
-    from porter.ops._bf16 import from_bf16
-    from porter.store import open_store
-    from porter.template import find_template
+    from porter.spec.arch import get_arch
+    from porter.measure.backends.gpu_child import Child, _np_args
+    from porter.build.compile import compile_variant
+    from porter.measure.ops import get_op
+    from porter.measure.ops._bf16 import from_bf16
+    from porter.store.base import open_store
+    from porter.spec.template import find_template
 
     store = open_store(db)
     info = store.get_job(job)

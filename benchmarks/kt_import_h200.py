@@ -70,9 +70,9 @@ def preflight(backend: str) -> None:
 
 def summarize(db: str, job: int, backend: str) -> dict:
     """Counts per status, the verification of every measured trial, and the best one."""
-    from porter.ops.kt import KTOp
-    from porter.store import open_store
-    from porter.template import find_template
+    from porter.measure.ops.kt import KTOp
+    from porter.store.base import open_store
+    from porter.spec.template import find_template
     store = open_store(db)
     info = store.get_job(job)
     tpl = find_template(info.spec.template)
@@ -117,11 +117,11 @@ def verify(folder: str, arch_name: str, params: dict, seed: int) -> dict:
     sys.path.insert(0, str(ROOT))
     import statistics
     import cupy as cp
-    from porter.arch import get_arch
-    from porter.backends.gpu_child import Child
-    from porter.compile import compile_variant
-    from porter.ops.kt import KTOp
-    from porter.template import load_template
+    from porter.spec.arch import get_arch
+    from porter.measure.backends.gpu_child import Child
+    from porter.build.compile import compile_variant
+    from porter.measure.ops.kt import KTOp
+    from porter.spec.template import load_template
     tpl, arch = load_template(folder), get_arch(arch_name)
     size = tpl.default_sizes[0]
     res = compile_variant(tpl, params, arch)
@@ -234,7 +234,7 @@ def main() -> int:
         rc = run(cmd, deadline - time.monotonic() - (45 if a.backend == "gpu" else 5), log, env)
         rep["port"] = {"rc": rc, "wall_s": round(time.monotonic() - t0, 1), "log": log.name,
                        "command": " ".join(cmd[1:])}
-        from porter.store import open_store
+        from porter.store.base import open_store
         jobs = [j.id for j in open_store(db).list_jobs(10)]
         if not jobs:
             raise Failed(f"porter port recorded no job (exit {rc}): {last_line(log)}")

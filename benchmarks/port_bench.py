@@ -19,11 +19,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from porter.backends.gpu import GpuBackend  # noqa: E402
-from porter.backends.replay import recording  # noqa: E402
-from porter.engine import Engine  # noqa: E402
-from porter.jobs import make_spec, template_record  # noqa: E402
-from porter.store import open_store  # noqa: E402
+from porter.measure.backends.gpu import GpuBackend  # noqa: E402
+from porter.measure.backends.replay import recording  # noqa: E402
+from porter.job.loop import Engine  # noqa: E402
+from porter.job.jobs import make_spec, template_record  # noqa: E402
+from porter.store.base import open_store  # noqa: E402
 
 JOBS = {
     "gemm_mma": dict(sizes=["4096x4096x4096", "8192x8192x8192"], trials=100),
@@ -54,7 +54,7 @@ def copy_gbps() -> float:
 def side_by_side(be, tpl, arch, config, size, repeats=5):
     """Ours and the baseline interleaved repeat by repeat, `repeats` measurements in the
     measuring process of `be` (a GpuBackend with fresh_baseline set); medians."""
-    from porter.compile import compile_variant
+    from porter.build.compile import compile_variant
     compiled = compile_variant(tpl, config, arch)
     rows = []
     for _ in range(repeats):
@@ -114,8 +114,8 @@ def retime(args, bw):
     """Re-times the tuned jobs of earlier runs (porter.db files): their fastest configurations
     side by side with the baseline, as a tuning run ends. For a changed timing protocol, without
     tuning again."""
-    from porter.template import find_template
-    from porter.arch import get_arch
+    from porter.spec.template import find_template
+    from porter.spec.arch import get_arch
     out = Path(args.out)
     table, records = [], []
     for db in args.retime.split(","):

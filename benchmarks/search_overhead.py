@@ -24,10 +24,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from porter.arch import ARCHS  # noqa: E402
-from porter.check import search_space  # noqa: E402
-from porter.search import Searcher  # noqa: E402
-from porter.template import find_template  # noqa: E402
+from porter.spec.arch import ARCHS  # noqa: E402
+from porter.build.check import search_space  # noqa: E402
+from porter.search.searcher import Searcher  # noqa: E402
+from porter.spec.template import find_template  # noqa: E402
 
 CASES = [("gemm_wgmma", "sm_90a", (4096, 28672, 8192)), ("gemm_mma", "sm_90a", (4096, 4096, 4096)),
          ("rmsnorm", "sm_90a", (32768, 8192))]

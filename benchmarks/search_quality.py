@@ -25,7 +25,7 @@ Exact definitions used here, per space (one cache file):
   random search without replacement, 1 is the optimum from the first evaluation. Reported as
   mean and standard deviation over seeds 0..S-1 (the same seeds for every strategy).
 
-Porter's samplers run through porter.search.Searcher with is_feasible = "is a countable
+Porter's samplers run through porter.search.searcher.Searcher with is_feasible = "is a countable
 configuration". Kernel Tuner's strategies run through kernel_tuner.tune_kernel in simulation
 mode on the cache (a dummy kernel string; tune_params from the cache; restrictions from the
 kernel's T1 Conditions when its T1 file is beside the cache), with strategy_options
@@ -58,8 +58,8 @@ import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from porter.kt import KTCache, kt_space, load_cache, load_t1  # noqa: E402
-from porter.search import Searcher, SearchSpace               # noqa: E402
+from porter.interop.kt import KTCache, kt_space, load_cache, load_t1  # noqa: E402
+from porter.search.searcher import Searcher, SearchSpace               # noqa: E402
 
 REPLAY = ROOT.parent / "shared" / "replay"
 OUT = ROOT / "benchmarks" / "results" / "search_quality.json"

@@ -420,7 +420,7 @@ class Bench:
             time.sleep(0.5)
 
     def phase_service(self, phase: str, n_gpu: int, share: float) -> dict:
-        from porter.store import open_store
+        from porter.store.base import open_store
         budget_end = time.time() + share * self.left()
         cache = self.work / f"cache-{phase}"
         what = f"{n_gpu} GPU worker(s) + 1 compile worker, porter submit"
@@ -466,7 +466,7 @@ class Bench:
         return ph
 
     def phase_port(self, share: float) -> dict:
-        from porter.store import open_store
+        from porter.store.base import open_store
         budget = max(10.0, share * self.left())
         cache = self.work / "cache-B"
         ph = self.res["phases"]["B"] = {"what": "porter port (embedded engine, in-process)",

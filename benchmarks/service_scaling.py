@@ -49,7 +49,7 @@ def one_run(n_workers: int, trials: int) -> dict:
                               "--trials", str(trials)], env=env, capture_output=True,
                              text=True, check=True, cwd=ROOT)
         job = int(out.stdout.split()[-1])
-        from porter.store import open_store
+        from porter.store.base import open_store
         store = open_store(env["PORTER_DB_URL"])
         t0 = time.time()
         while store.get_job(job).status not in ("done", "failed", "cancelled"):

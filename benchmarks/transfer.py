@@ -29,7 +29,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from porter.search import Searcher, SearchSpace    # noqa: E402
+from porter.search.searcher import Searcher, SearchSpace    # noqa: E402
 from search_quality import REPLAY, Space, evaluations   # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "transfer.json"

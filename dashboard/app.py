@@ -17,7 +17,7 @@ if _ROOT not in sys.path:
 import streamlit as st  # noqa: E402
 
 from porter.errors import PorterError  # noqa: E402
-from porter.store import db_url  # noqa: E402
+from porter.store.base import db_url  # noqa: E402
 
 
 PAGES = (("jobs", "Jobs"), ("job", "Job"), ("best", "Best configurations"),

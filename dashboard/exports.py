@@ -1,4 +1,4 @@
-"""Export downloads: porter.export into a temporary folder, zipped. The bytes are kept per
+"""Export downloads: porter.export.export into a temporary folder, zipped. The bytes are kept per
 (database, job, format, trial count), so a second click serves the same archive."""
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def export_zip(url: str, job_id: int, fmt: str, n_trials: int) -> bytes:
         if key in _cache:
             return _cache[key]
     from porter.errors import PorterError
-    from porter.export import export
+    from porter.export.export import export
 
     from .queries import store_for
     buf = io.BytesIO()

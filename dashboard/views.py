@@ -288,10 +288,10 @@ def compare_page(url: str) -> None:
 # ---- Submit ---------------------------------------------------------------------------------
 
 def submit_page(url: str) -> None:
-    from porter.arch import ARCHS
+    from porter.spec.arch import ARCHS
     from porter.errors import PorterError
     from porter.records import BACKENDS, SAMPLERS
-    from porter.template import discover
+    from porter.spec.template import discover
     st.title("Submit a porting job")
     st.caption("Queues the job for the service's workers, like `porter submit`.")
     with st.form("submit"):
@@ -313,8 +313,8 @@ def submit_page(url: str) -> None:
         replay = st.text_input("replay source (for backend replay)", key="sub_replay")
         go_ = st.form_submit_button("Submit")
     if go_:
-        from porter.jobs import make_spec
-        from porter.store import plugin
+        from porter.job.jobs import make_spec
+        from porter.store.base import plugin
         try:
             spec, _, _ = make_spec(template, arch, sizes.split() or None, int(trials) or None,
                                    float(minutes) or None, sampler, int(seed), backend,

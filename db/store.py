@@ -21,7 +21,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from porter.errors import StoreError
 from porter.records import JOB_STATUSES, JobSpec, Measurement as MeasurementRecord, TrialRecord
-from porter.store import JobInfo, Store
+from porter.store.base import JobInfo, Store
 
 from . import migrate, queries
 from .engine import (SQLITE_BUSY_SECONDS, get_engine, normalize_url, one_line, safe_url,

@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from .errors import PorterError
+from porter.errors import PorterError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Port GPU kernel templates to new architectures and tune them there.")
@@ -21,14 +21,14 @@ TplDirOpt = typer.Option(None, "--templates-dir", help="extra folder of template
 
 
 def _store(db):
-    from .store import open_store
+    from porter.store.base import open_store
     return open_store(db)
 
 
 @app.command()
 def templates(templates_dir: Optional[list[Path]] = TplDirOpt):
     """List templates with their op, parameters and supported architectures."""
-    from .template import discover, load_template
+    from porter.spec.template import discover, load_template
     table = Table("template", "op", "parameters", "space", "architectures", "folder")
     for name, folder in sorted(discover(templates_dir).items()):
         try:
@@ -57,7 +57,7 @@ def port(template: str = typer.Argument(..., help="template name or folder"),
          workers: Optional[int] = typer.Option(None, "--workers", help="compile processes"),
          db: Optional[str] = DbOpt, templates_dir: Optional[list[Path]] = TplDirOpt):
     """Run a porting job here and now, with a live progress bar."""
-    from .run import port_here
+    from porter.job.run import port_here
     port_here(template, arch, sizes, trials, minutes, sampler, seed, backend, replay,
               from_arch, from_job, resume, workers, db, templates_dir, console)
 
@@ -78,7 +78,7 @@ def jobs(db: Optional[str] = DbOpt, limit: int = typer.Option(50, "--limit")):
 @app.command()
 def show(job: int, db: Optional[str] = DbOpt, top: int = typer.Option(10, "--top")):
     """The top configurations of a job, with measurements and resource use."""
-    from .run import print_best
+    from porter.job.run import print_best
     store = _store(db)
     info = store.get_job(job)
     console.print(f"job {info.id}: {info.template_name} on {info.spec.arch}, {info.status}"
@@ -90,7 +90,7 @@ def show(job: int, db: Optional[str] = DbOpt, top: int = typer.Option(10, "--top
 def report(job: int, db: Optional[str] = DbOpt, top: int = typer.Option(20, "--top")):
     """What a port found: statuses, the feasible set, resources per variant, failures with
     their reasons, and for a warm-started job the source's best there and here."""
-    from .report import report as do_report
+    from porter.export.report import report as do_report
     do_report(_store(db), job, console, top)
 
 
@@ -98,7 +98,7 @@ def report(job: int, db: Optional[str] = DbOpt, top: int = typer.Option(20, "--t
 def best(template: str, arch: str = typer.Option(..., "--arch"), db: Optional[str] = DbOpt,
          top: int = typer.Option(5, "--top")):
     """The best configurations of a template on an architecture, over all its jobs."""
-    from .run import print_best
+    from porter.job.run import print_best
     store = _store(db)
     rows = []
     for j in store.list_jobs(1000):
@@ -112,7 +112,7 @@ def best(template: str, arch: str = typer.Option(..., "--arch"), db: Optional[st
 def export(job: int, fmt: str = typer.Option("cu", "--format", help="cu, cubin, ptx, fatbin, python, header, json, kt-cache"),
            out: Path = typer.Option(Path("export"), "-o", "--out"), db: Optional[str] = DbOpt):
     """Export the tuned kernels of a job."""
-    from .export import export as do_export
+    from porter.export.export import export as do_export
     paths = do_export(_store(db), job, fmt, out)
     for p in paths:
         console.print(str(p))
@@ -122,8 +122,8 @@ def export(job: int, fmt: str = typer.Option("cu", "--format", help="cu, cubin, 
 def record(job: int, out: Path = typer.Option(..., "-o", "--out"), db: Optional[str] = DbOpt):
     """Write a job's measurements as a replay recording (.json or .json.gz)."""
     import gzip
-    from .backends.replay import recording
-    from .template import find_template
+    from porter.measure.backends.replay import recording
+    from porter.spec.template import find_template
     store = _store(db)
     info = store.get_job(job)
     tpl = find_template(info.spec.template)
@@ -141,8 +141,8 @@ def import_kt(kernel: Path = typer.Argument(..., help="the kernel's .cu file"),
               out: Optional[Path] = typer.Option(None, "-o", "--out",
                                                  help="template folder to write")):
     """Turn a Kernel Tuner kernel and its T1 file into a template that tunes like any other."""
-    from .kt import import_kt as do_import
-    from .template import load_template
+    from porter.interop.kt import import_kt as do_import
+    from porter.spec.template import load_template
     for p in (kernel, spec):
         if not p.is_file():
             raise PorterError(f"{p} does not exist")
@@ -154,7 +154,7 @@ def import_kt(kernel: Path = typer.Argument(..., help="the kernel's .cu file"),
 
 
 def _service():
-    from .store import plugin
+    from porter.store.base import plugin
     return plugin("service")()
 
 
@@ -170,7 +170,7 @@ def submit(template: str, arch: str = typer.Option(..., "--arch"),
            from_job: Optional[int] = typer.Option(None, "--from-job"),
            db: Optional[str] = DbOpt, templates_dir: Optional[list[Path]] = TplDirOpt):
     """Record a job and queue it for the service's workers; prints the job id."""
-    from .jobs import make_spec
+    from porter.job.jobs import make_spec
     spec, tpl, _ = make_spec(template, arch, sizes, trials, minutes, sampler, seed, backend,
                              replay, from_arch, from_job, templates_dir)
     job_id = _service().submit(spec, db)

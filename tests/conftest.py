@@ -30,8 +30,8 @@ def replay_job(store, template: str, recording: str | Path | None, arch: str = "
                workers: int | None = None) -> int:
     """Records a job and runs the engine on it in-process; returns the job id. With
     backend="compile-only" (and recording None) the variants are compiled, not measured."""
-    from porter.engine import Engine
-    from porter.jobs import make_backend, make_spec, template_record
+    from porter.job.loop import Engine
+    from porter.job.jobs import make_backend, make_spec, template_record
 
     spec, tpl, a = make_spec(template, arch, sizes, trials=trials, backend=backend,
                              replay=str(recording) if recording else None)
@@ -47,7 +47,7 @@ def replay_job(store, template: str, recording: str | Path | None, arch: str = "
 
 @pytest.fixture(scope="session")
 def replayed_db(tmp_path_factory) -> ReplayedDb:
-    from porter.store import open_store
+    from porter.store.base import open_store
     url = f"sqlite:///{tmp_path_factory.mktemp('replayed') / 'porter.db'}"
     store = open_store(url)
     db = ReplayedDb(url, store)

@@ -102,7 +102,7 @@ def test_root_address_takes_a_page_query(replayed_db, monkeypatch):
 
 
 def test_submit_page_queues_through_the_service_plugin(replayed_db, monkeypatch):
-    import porter.store
+    import porter.store.base
     submitted = []
 
     class FakeService:
@@ -110,7 +110,7 @@ def test_submit_page_queues_through_the_service_plugin(replayed_db, monkeypatch)
             submitted.append((spec, db_url))
             return 4242
 
-    monkeypatch.setattr(porter.store, "plugin", lambda name: FakeService)
+    monkeypatch.setattr(porter.store.base, "plugin", lambda name: FakeService)
     at = open_page(monkeypatch, replayed_db.url, "submit")
     at.selectbox(key="sub_template").set_value("rmsnorm")
     at.text_input(key="sub_sizes").input("8192x4096")

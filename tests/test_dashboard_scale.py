@@ -33,7 +33,7 @@ def test_every_page_renders_the_large_database(tmp_path, monkeypatch):
             assert any("refreshing every" in c.value for c in at.caption)
             assert len(at.dataframe[0].value) == scale.N_JOBS
         if page == "job":    # job 1's counts, and its best trials fastest first
-            from porter.store import open_store
+            from porter.store.base import open_store
             trials = open_store(url).trials(1)
             metrics = {m.label: m.value for m in at.metric}
             assert metrics["trials"] == str(len(trials)) == str(scale.N_TRIALS // scale.N_JOBS)

@@ -358,7 +358,7 @@ def test_optuna_shares_the_database(store, tpl):
 
 
 def test_entry_point_and_errors(url, tmp_path):
-    from porter import store as porter_store
+    from porter.store import base as porter_store
     assert isinstance(porter_store.open_store(url), SqlStore)
     blocker = tmp_path / "file"
     blocker.write_text("")

@@ -5,12 +5,12 @@ from pathlib import Path
 
 import pytest
 
-from porter.backends.base import CompileOnlyBackend
-from porter.backends.replay import ReplayBackend, recording
-from porter.engine import Engine
-from porter.jobs import make_spec, template_record
+from porter.measure.backends.base import CompileOnlyBackend
+from porter.measure.backends.replay import ReplayBackend, recording
+from porter.job.loop import Engine
+from porter.job.jobs import make_spec, template_record
 from porter.records import Measurement, TrialRecord
-from porter.store import open_store
+from porter.store.base import open_store
 
 ROOT = Path(__file__).resolve().parents[1]
 PLANTED = ROOT / "tests" / "data" / "templates" / "planted"
@@ -121,7 +121,7 @@ def test_seed_configurations_are_tried_first(store, tmp_path):
 def test_bad_seed_is_refused_in_one_sentence(tmp_path):
     import shutil
     from porter.errors import TemplateError
-    from porter.template import load_template
+    from porter.spec.template import load_template
     folder = tmp_path / "badseed"
     shutil.copytree(PLANTED, folder)
     with open(folder / "space.toml", "a") as f:
@@ -133,7 +133,7 @@ def test_bad_seed_is_refused_in_one_sentence(tmp_path):
 def test_warm_start_passes_the_source_measurements_as_a_prior(store):
     """--from-job / --from-arch: the source's top configurations are proposed first and every
     measured configuration there, with its objective, reaches the target's search as its prior."""
-    from porter.run import warm_start_configs, warm_start_prior
+    from porter.job.run import warm_start_configs, warm_start_prior
     rec = REPLAY / "gemm_mma_h200.json.gz"
     spec, tpl, arch = make_spec("gemm_mma", "sm_90a", ["4096x4096x4096"], trials=30,
                                 backend="replay", replay=str(rec))

@@ -8,12 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from porter.backends.replay import ReplayBackend
-from porter.engine import Engine
+from porter.measure.backends.replay import ReplayBackend
+from porter.job.loop import Engine
 from porter.errors import PorterError
-from porter.export import FORMATS, export
-from porter.jobs import make_spec, template_record
-from porter.store import open_store
+from porter.export.export import FORMATS, export
+from porter.job.jobs import make_spec, template_record
+from porter.store.base import open_store
 
 ROOT = Path(__file__).resolve().parents[1]
 REC = ROOT / "tests" / "data" / "replay" / "gemm_mma_h200.json.gz"
@@ -49,7 +49,7 @@ def test_every_format_writes_files_and_a_manifest(job, fmt, tmp_path):
 
 
 def test_exported_cu_compiles_standalone(job, tmp_path):
-    from porter.compile import _nvrtc_compile
+    from porter.build.compile import _nvrtc_compile
     store, job_id = job
     for p in export(store, job_id, "cu", tmp_path):
         if p.suffix != ".cu":
@@ -91,7 +91,7 @@ def test_unknown_format_is_one_line(job, tmp_path):
 
 
 def test_unknown_job_and_empty_job_are_one_line(job, tmp_path):
-    from porter.jobs import make_spec, template_record
+    from porter.job.jobs import make_spec, template_record
     store, _ = job
     with pytest.raises(PorterError, match="no job 999"):
         export(store, 999, "json", tmp_path)
@@ -121,8 +121,8 @@ def _load_module(path: Path):
 
 
 def test_python_module_dispatches_to_the_nearest_size(job, tmp_path):
-    from porter.arch import get_arch
-    from porter.template import find_template
+    from porter.spec.arch import get_arch
+    from porter.spec.template import find_template
     store, job_id = job
     paths = export(store, job_id, "python", tmp_path)
     mod = _load_module(next(p for p in paths if p.suffix == ".py"))   # needs neither porter
@@ -159,7 +159,7 @@ def test_header_lookup_in_c(job, tmp_path):
 
 
 def test_fatbin_holds_every_architecture(job, tmp_path):
-    from porter._export_formats import nvfatbin
+    from porter.export.formats import nvfatbin
     store, job_id = job
     paths = export(store, job_id, "fatbin", tmp_path)
     index = json.loads((tmp_path / "gemm_mma.fatbin.json").read_text())

@@ -1,7 +1,7 @@
 import pytest
 
 from porter.errors import TemplateError
-from porter.expr import Expr
+from porter.spec.expr import Expr
 
 
 def test_arithmetic_and_functions():
@@ -31,7 +31,7 @@ def test_unknown_name_is_a_clear_error():
 
 
 def test_compiled_and_walked_evaluation_agree():
-    from porter.expr import _eval
+    from porter.spec.expr import _eval
     texts = ["ceil_div(M, BM) * BN if SPLIT > 1 else min(M, 3) + max(1, 2)",
              "X == 0 or 10 // X > 2", "1 < X <= 4 and is_pow2(X)", "X in (1, 2, 4)",
              "not X or -X < 3", "round_up(M, 64) // 8 % 5", "M / 3 >= 2.5"]

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from porter.engine import Engine
-from porter.jobs import make_spec, template_record
-from porter.store import open_store
+from porter.job.loop import Engine
+from porter.job.jobs import make_spec, template_record
+from porter.store.base import open_store
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[1]
@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _has_gpu():
     try:
-        from porter.backends.gpu import gpu_available
+        from porter.measure.backends.gpu import gpu_available
         import cupy  # noqa: F401
     except ImportError:
         return False
@@ -27,7 +27,7 @@ if not _has_gpu():
 
 
 def _run(tmp_path, name, sizes, trials, **kw):
-    from porter.backends.gpu import GpuBackend
+    from porter.measure.backends.gpu import GpuBackend
     store = open_store(f"sqlite:///{tmp_path / 'g.db'}")
     spec, tpl, arch = make_spec(name, "sm_90a", sizes, trials, **kw)
     src, space = template_record(tpl)
@@ -75,10 +75,10 @@ def test_short_gemm_port_verifies_every_measured_trial(tmp_path):
 def test_wgmma_side_by_side_interleaved(config, size):
     """Hopper only: a gemm_wgmma variant measured the way benchmarks end (ours and cuBLAS
     interleaved repeat by repeat), verified, with the vendor's time beside it."""
-    from porter.arch import get_arch
-    from porter.backends.gpu import GpuBackend
-    from porter.compile import compile_variant
-    from porter.template import find_template
+    from porter.spec.arch import get_arch
+    from porter.measure.backends.gpu import GpuBackend
+    from porter.build.compile import compile_variant
+    from porter.spec.template import find_template
     import cupy
     if cupy.cuda.Device().compute_capability != "90":
         pytest.skip("needs sm_90a")

@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from porter.arch import ARCHS
-from porter.backends.replay import ReplayBackend
-from porter.engine import Engine
-from porter.jobs import make_spec, template_record
-from porter.kt import add_extern_c, import_kt, kt_space, load_cache, load_t1, translate
-from porter.search import Searcher, SearchSpace
-from porter.store import open_store
-from porter.template import load_template
+from porter.spec.arch import ARCHS
+from porter.measure.backends.replay import ReplayBackend
+from porter.job.loop import Engine
+from porter.job.jobs import make_spec, template_record
+from porter.interop.kt import add_extern_c, import_kt, kt_space, load_cache, load_t1, translate
+from porter.search.searcher import Searcher, SearchSpace
+from porter.store.base import open_store
+from porter.spec.template import load_template
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "replay"
@@ -90,9 +90,9 @@ def test_import_kt_loads_and_compiles(tmp_path, monkeypatch):
     arch = ARCHS["sm_90a"]
     launch = tpl.launch({"block_size_x": 128, "tile_size_x": 2}, arch, (1000000,))
     assert launch.grid == (3907, 1, 1) and launch.block == (128, 1, 1)   # ceil(1e6 / 256)
-    from porter.check import static_check
+    from porter.build.check import static_check
     assert static_check(tpl, arch, {"block_size_x": 32, "tile_size_x": 8}, [(1000000,)])
-    from porter.compile import compile_variant
+    from porter.build.compile import compile_variant
     res = compile_variant(tpl, {"block_size_x": 128, "tile_size_x": 2}, arch, use_cache=False)
     assert res.ok, res.log
 
@@ -193,7 +193,7 @@ def _scale_t1(path: Path) -> Path:
 
 
 def test_kernel_parameters():
-    from porter.kt import kernel_parameters
+    from porter.interop.kt import kernel_parameters
     assert kernel_parameters(_SCALE_3, "scale") == [
         "float *out", "const float *in", "const float *coeff_unused"]
     assert kernel_parameters(_SCALE_2, "scale") == ["float *out", "const float *in"]
@@ -214,7 +214,7 @@ class _Buf:
                          ids=["declared", "symbol-only"])
 def test_constant_argument_passed_when_the_kernel_declares_it(tmp_path, monkeypatch, source,
                                                               passed):
-    from porter.ops.kt import KTOp
+    from porter.measure.ops.kt import KTOp
     monkeypatch.setenv("PORTER_CACHE_DIR", str(tmp_path / "cache"))
     (tmp_path / "scale.cu").write_text(source)
     folder = import_kt(tmp_path / "scale.cu", _scale_t1(tmp_path / "scale.T1.json"),
@@ -227,7 +227,7 @@ def test_constant_argument_passed_when_the_kernel_declares_it(tmp_path, monkeypa
     assert ptrs == ([1000, 1001, 1002] if passed else [1000, 1001])
     state = {"bufs": bufs}
     assert list(op.constants(state)) == ["coeff"]     # the symbol is filled either way
-    from porter.compile import compile_variant
+    from porter.build.compile import compile_variant
     res = compile_variant(load_template(folder), {"block_size_x": 64}, ARCHS["sm_90a"],
                           use_cache=False)
     assert res.ok, res.log

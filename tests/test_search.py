@@ -1,4 +1,4 @@
-"""porter.search: the Searcher's contract for every sampler."""
+"""porter.search.searcher: the Searcher's contract for every sampler."""
 from __future__ import annotations
 
 import importlib.util
@@ -7,7 +7,7 @@ import optuna
 import pytest
 
 from porter.errors import SpecError
-from porter.search import SAMPLERS, Searcher, SearchSpace
+from porter.search.searcher import SAMPLERS, Searcher, SearchSpace
 
 PARAMS = {"bx": (16, 32, 64, 128, 256), "ty": (1, 2, 4, 8), "mode": ("a", "b")}
 
@@ -201,9 +201,9 @@ def test_pruned_enumeration_finds_the_same_feasible_set_in_the_same_order(name, 
     checked in full, is exactly the feasible part of the whole product, in product order."""
     import itertools
 
-    from porter.arch import ARCHS
-    from porter.check import prefix_check, static_check
-    from porter.template import find_template
+    from porter.spec.arch import ARCHS
+    from porter.build.check import prefix_check, static_check
+    from porter.spec.template import find_template
     tpl, arch = find_template(name), ARCHS["sm_90a"]
 
     def ok(k):
@@ -216,7 +216,7 @@ def test_pruned_enumeration_finds_the_same_feasible_set_in_the_same_order(name, 
 
 
 def test_enumeration_limit_counts_candidates_left_after_pruning(monkeypatch):
-    import porter.search as search
+    import porter.search.searcher as search
     monkeypatch.setattr(search, "MAX_ENUMERATE", 50)
     params = {"A": tuple(range(10)), "B": tuple(range(10)), "C": tuple(range(10))}
 

@@ -122,7 +122,7 @@ def submit(env, *extra, replay=REPLAY, trials=30) -> int:
 
 
 def store(env):
-    from porter.store import open_store
+    from porter.store.base import open_store
     return open_store(env["PORTER_DB_URL"])
 
 

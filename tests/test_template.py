@@ -3,10 +3,10 @@ from pathlib import Path
 
 import pytest
 
-from porter.arch import ARCHS, get_arch
-from porter.check import static_check
+from porter.spec.arch import ARCHS, get_arch
+from porter.build.check import static_check
 from porter.errors import ArchError, SpecError, TemplateError
-from porter.template import find_template, load_template
+from porter.spec.template import find_template, load_template
 
 PLANTED = Path(__file__).parent / "data" / "templates" / "planted"
 

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from porter.arch import ARCHS
-from porter.compile import compile_variant
-from porter.template import find_template
+from porter.spec.arch import ARCHS
+from porter.build.compile import compile_variant
+from porter.spec.template import find_template
 
 COMPILE_ARCHS = ("sm_80", "sm_90a", "sm_100a")
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from porter.arch import ARCHS, check_features, get_arch
-from porter.compile import compile_variant
+from porter.spec.arch import ARCHS, check_features, get_arch
+from porter.build.compile import compile_variant
 from porter.errors import ArchError, PorterError
-from porter.template import find_template
+from porter.spec.template import find_template
 
 SM90A = ARCHS["sm_90a"]
 

@@ -11,9 +11,9 @@ from porter.records import JobSpec
 class Service:
     def submit(self, spec: JobSpec, db_url: str | None) -> int:
         """Records the job (queued) and queues its drivers and its compile prefetcher."""
-        from porter.jobs import template_record
-        from porter.store import open_store
-        from porter.template import find_template
+        from porter.job.jobs import template_record
+        from porter.store.base import open_store
+        from porter.spec.template import find_template
 
         from .tasks import enqueue
         tpl = find_template(spec.template)
@@ -44,7 +44,7 @@ class Service:
             if q != "compile" and not q.startswith("gpu."):
                 raise PorterError(f"unknown queue {q!r}: use compile or gpu.<arch>")
             if q.startswith("gpu."):
-                from porter.arch import get_arch
+                from porter.spec.arch import get_arch
                 get_arch(q[4:])
         from .app import app
         gpu = any(q.startswith("gpu.") for q in queues)
@@ -57,7 +57,7 @@ class Service:
                          "--without-gossip", "--without-mingle"])
 
     def cancel(self, job_id: int, db_url: str | None) -> None:
-        from porter.store import open_store
+        from porter.store.base import open_store
         store = open_store(db_url)
         store.get_job(job_id)
         store.request_cancel(job_id)

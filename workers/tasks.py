@@ -168,15 +168,15 @@ def _finish(store, job_id: int, status: str, message: str = "") -> None:
 
 @app.task(bind=True, name="workers.tasks.drive_job", acks_late=True)
 def drive_job(self, job_id: int) -> str:
-    from porter.arch import get_arch
-    from porter.check import search_space
-    from porter.compile import nvrtc_version
-    from porter.engine import MAX_INFEASIBLE_FACTOR, run_trial
-    from porter.jobs import make_backend
-    from porter.run import warm_start_configs, warm_start_prior
-    from porter.search import Searcher
-    from porter.store import open_store
-    from porter.template import find_template
+    from porter.spec.arch import get_arch
+    from porter.build.check import search_space
+    from porter.build.compile import nvrtc_version
+    from porter.job.loop import MAX_INFEASIBLE_FACTOR, run_trial
+    from porter.job.jobs import make_backend
+    from porter.job.run import warm_start_configs, warm_start_prior
+    from porter.search.searcher import Searcher
+    from porter.store.base import open_store
+    from porter.spec.template import find_template
 
     store = open_store(None)
     task_id = self.request.id or f"local-{os.getpid()}"
@@ -280,13 +280,13 @@ def drive_job(self, job_id: int) -> str:
 def prefetch_compiles(job_id: int) -> int:
     """Compiles the job's feasible variants in random order into the shared cache until the job
     ends (nothing to do for backends that do not compile)."""
-    from porter.arch import get_arch
-    from porter.backends.base import CompileOnlyBackend
-    from porter.check import search_space
-    from porter.compile import compile_variant
-    from porter.jobs import make_backend
-    from porter.store import open_store
-    from porter.template import find_template
+    from porter.spec.arch import get_arch
+    from porter.measure.backends.base import CompileOnlyBackend
+    from porter.build.check import search_space
+    from porter.build.compile import compile_variant
+    from porter.job.jobs import make_backend
+    from porter.store.base import open_store
+    from porter.spec.template import find_template
 
     store = open_store(None)
     info = store.get_job(job_id)

@@ -1,5 +1,5 @@
 """The dashboard's compare page (see dashboard/views.py)."""
 from dashboard import views
-from porter.store import db_url
+from porter.store.base import db_url
 
 views.compare_page(db_url())

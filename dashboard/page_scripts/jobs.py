@@ -1,5 +1,5 @@
 """The dashboard's jobs page (see dashboard/views.py)."""
 from dashboard import views
-from porter.store import db_url
+from porter.store.base import db_url
 
 views.jobs_page(db_url())

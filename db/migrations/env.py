@@ -34,7 +34,7 @@ def _configure(**kwargs):
 def _url():
     url = config.get_main_option("sqlalchemy.url")
     if not url:
-        from porter.store import db_url
+        from porter.store.base import db_url
         from db.engine import normalize_url
         url = normalize_url(db_url())
     return url

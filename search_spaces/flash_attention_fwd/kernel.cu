@@ -47,6 +47,9 @@
 #ifndef CAUSAL_SKIP
 #define CAUSAL_SKIP 1
 #endif
+#ifndef EPI
+#define EPI 0           // 0: O stored from registers; 1: staged in shared memory, stored by TMA
+#endif
 
 #define BM (64 * CONSUMERS)
 #define THREADS (128 * (CONSUMERS + 1))
@@ -54,6 +57,7 @@
 #define KV_BYTES (BN * HD * 2)
 #define Q_BOX (BM * 128)      // one 64-column box of the Q tile
 #define KV_BOX (BN * 128)
+#define O_BYTES (EPI ? Q_BYTES : 0)   // EPI = 1: the O tile, laid out like Q
 
 static_assert(HD == 64 || HD == 128, "HD must be 64 or 128");
 static_assert(BN % 16 == 0 && BN >= 16 && BN <= 256, "BN: a multiple of 16 up to 256");
@@ -79,11 +83,30 @@ struct Tile {
   int z, zkv, m0, n_end;   // Q/O head slice, K/V head slice, first query row, KV tiles to do
 };
 
-__device__ __forceinline__ Tile decode(int t, int nmb, int H, int HKV, int S, int causal) {
-  Tile w;
-  const int bh = t / nmb;
-  const int r = t % nmb;
+__device__ __forceinline__ uint32_t sm_count() {
+  uint32_t n;
+  asm("mov.u32 %0, %%nsmid;" : "=r"(n));
+  return n;
+}
+
+// Tile order: heads in groups of HG, where a group's tiles fill about two waves of the grid
+// (G CTAs) and their K / V stay in L2; inside a group, causal runs take the heaviest query
+// tiles (the last rows) first. Persistent CTA i takes the k-th tile of the order at
+// k * G + (i, or G - 1 - i on odd k): a heavy tile of one round is paired with a light one of
+// the next, which balances causal work even where G is not a multiple of the tiles per head.
+__device__ __forceinline__ int tile_at(int k, int G) {
+  return k * G + ((k & 1) ? G - 1 - (int)blockIdx.x : (int)blockIdx.x);
+}
+
+__device__ __forceinline__ Tile decode(int t, int nmb, int BH, int H, int HKV, int S, int causal,
+                                       int G) {
+  const int hg = max(1, 2 * G / nmb);
+  const int g = t / (hg * nmb), u = t % (hg * nmb);
+  const int cnt = min(hg, BH - g * hg);       // heads in this (maybe last, smaller) group
+  const int bh = g * hg + u % cnt;
+  const int r = u / cnt;
   const int mb = causal ? nmb - 1 - r : r;
+  Tile w;
   w.z = bh;
   w.zkv = (bh / H) * HKV + (bh % H) / (H / HKV);
   w.m0 = mb * BM;
@@ -137,14 +160,15 @@ flash_attention_fwd(const bf16_t* __restrict__ Q, const bf16_t* __restrict__ K,
                     const bf16_t* __restrict__ V, bf16_t* __restrict__ O, float* __restrict__ LSE,
                     int B, int H, int HKV, int S, int causal, float scale, void* workspace,
                     const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
-                    const __grid_constant__ CUtensorMap tmV) {
+                    const __grid_constant__ CUtensorMap tmV, const __grid_constant__ CUtensorMap tmO) {
   (void)Q; (void)K; (void)V; (void)workspace;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023) & ~1023u;
   const uint32_t sQ = base;
   const uint32_t sK = sQ + Q_BYTES;
   const uint32_t sV = sK + STAGES * KV_BYTES;
-  const uint32_t bars = sV + STAGES * KV_BYTES;
+  const uint32_t sO = sV + STAGES * KV_BYTES;
+  const uint32_t bars = sO + O_BYTES;
   const Ring<STAGES> ringK(bars), ringV(bars + Ring<STAGES>::BARRIER_BYTES);
   const uint32_t fullQ = bars + 2 * Ring<STAGES>::BARRIER_BYTES, emptyQ = fullQ + 8;
 
@@ -160,7 +184,14 @@ flash_attention_fwd(const bf16_t* __restrict__ Q, const bf16_t* __restrict__ K,
 
   const int nmb = (S + BM - 1) / BM;
   const int ntiles = nmb * B * H;
-  const int step = PERSIST ? gridDim.x : ntiles;
+  const int G = PERSIST ? gridDim.x : ntiles;
+  // the CTAs that run at once, which the order's head groups are sized for
+  const int order_g = PERSIST ? G : (int)sm_count();
+  // persistent: rounds k = 0, 1, ... while any CTA has a tile; otherwise one tile, blockIdx.x
+#define FOR_EACH_TILE(t, k) \
+  for (int k = 0, t = PERSIST ? tile_at(0, G) : (int)blockIdx.x; \
+       PERSIST ? k * G < ntiles : k == 0; ++k, t = tile_at(k, G)) \
+    if (t < ntiles)
 
   if (wg == 0) {
     // ---------------------------------------------------------------- producer
@@ -171,8 +202,8 @@ flash_attention_fwd(const bf16_t* __restrict__ Q, const bf16_t* __restrict__ K,
       tma::prefetch_desc(&tmV);
       Cursor<STAGES> kc;
       uint32_t tq = 0;
-      for (int t = blockIdx.x; t < ntiles; t += step, ++tq) {
-        const Tile w = decode(t, nmb, H, HKV, S, causal);
+      FOR_EACH_TILE(t, k) {
+        const Tile w = decode(t, nmb, B * H, H, HKV, S, causal, order_g);
         for (int j = 0; j < w.n_end; ++j) {
           ringK.acquire(kc);
           uint32_t bar = ringK.commit(kc, KV_BYTES);
@@ -193,6 +224,7 @@ flash_attention_fwd(const bf16_t* __restrict__ Q, const bf16_t* __restrict__ K,
             tma::load_3d(sV + kc.stage * KV_BYTES + d * KV_BOX, &tmV, bar, 64 * d, j * BN, w.zkv);
           kc.advance();
         }
+        ++tq;
       }
     }
   } else {
@@ -209,8 +241,8 @@ flash_attention_fwd(const bf16_t* __restrict__ Q, const bf16_t* __restrict__ K,
 #endif
     Cursor<STAGES> kc;
     uint32_t tq = 0;
-    for (int t = blockIdx.x; t < ntiles; t += step, ++tq) {
-      const Tile w = decode(t, nmb, H, HKV, S, causal);
+    FOR_EACH_TILE(t, k) {
+      const Tile w = decode(t, nmb, B * H, H, HKV, S, causal, order_g);
       const int row0 = w.m0 + c * 64 + warpgroup::warp() * 16 + lane / 4;   // rows row0, row0 + 8
       const int wg_first_row = w.m0 + c * 64;
       float o[HD / 2], s[BN / 2], m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f}, corr[2];
@@ -300,6 +332,10 @@ flash_attention_fwd(const bf16_t* __restrict__ Q, const bf16_t* __restrict__ K,
 #endif
 
       // ------------------------------------------------------------ epilogue
+#if EPI
+      if (warpgroup::thread() == 0) tma::store_wait_read();   // the last tile's O has left
+      warpgroup::sync();
+#endif
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const float lt = frag::quad_sum(l[r]);
@@ -308,6 +344,19 @@ flash_attention_fwd(const bf16_t* __restrict__ Q, const bf16_t* __restrict__ K,
 #pragma unroll
         for (int i = 0; i < HD / 2; ++i)
           if ((i / 2) % 2 == r) o[i] *= inv;
+#if EPI
+        (void)O;
+        // this thread's pairs into the swizzled 64-column boxes (16-byte chunk j % 8 of row
+        // rr at (j % 8 ^ rr % 8) * 16, as TMA's 128-byte swizzle reads it back)
+        const int rr = c * 64 + warpgroup::warp() * 16 + lane / 4 + 8 * r;
+#pragma unroll
+        for (int j = 0; j < HD / 8; ++j) {
+          const uint32_t a = sO + (j / 8) * Q_BOX + rr * 128 + (((j % 8) ^ (rr % 8)) * 16) + 4 * (lane % 4);
+          asm volatile("st.shared.b32 [%0], %1;" :: "r"(a), "r"(pack_bf16x2(o[4 * j + 2 * r], o[4 * j + 2 * r + 1])) : "memory");
+        }
+        if (row < S && lane % 4 == 0)
+          LSE[(size_t)w.z * S + row] = (m[r] + __log2f(lt)) * 0.6931471805599453f;
+#else
         if (row < S) {
           bf16_t* orow = O + ((size_t)w.z * S + row) * HD + 2 * (lane % 4);
 #pragma unroll
@@ -315,7 +364,22 @@ flash_attention_fwd(const bf16_t* __restrict__ Q, const bf16_t* __restrict__ K,
             *reinterpret_cast<uint32_t*>(orow + 8 * j) = pack_bf16x2(o[4 * j + 2 * r], o[4 * j + 2 * r + 1]);
           if (lane % 4 == 0) LSE[(size_t)w.z * S + row] = (m[r] + __log2f(lt)) * 0.6931471805599453f;
         }
+#endif
       }
+#if EPI
+      fence_proxy_async();
+      warpgroup::sync();
+      if (warpgroup::thread() == 0) {
+#pragma unroll
+        for (int d = 0; d < HD / 64; ++d)
+          tma::store_3d(&tmO, sO + d * Q_BOX + c * 64 * 128, 64 * d, w.m0 + c * 64, w.z);
+        tma::store_commit();
+      }
+#endif
+      ++tq;
     }
+#if EPI
+    if (warpgroup::thread() == 0) tma::store_wait_all();   // the staging smem outlives the stores
+#endif
   }
 }

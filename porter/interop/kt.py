@@ -1,0 +1,423 @@
+"""Kernel Tuner interoperability: its cache files, BAT's T1 specifications, and importing a T1
+kernel as a porter template (op "kt").
+
+- `load_cache(path)`  -> KTCache: parameters in order, each entry's time (float) or failure
+  string ("InvalidConfig", "CompilationFailedConfig", "RuntimeFailedConfig", ...), device.
+- `kt_space(cache)`   -> (params, feasible): the configurations a search may spend evaluations
+  on: every cached configuration except InvalidConfig (statically infeasible, never counted).
+  Compile/runtime failures stay in: they cost an evaluation like any other.
+- `load_t1(path)`     -> T1: tuning parameters (Values parsed with ast.literal_eval), Conditions
+  as porter.spec.expr.Expr (C-style operators translated), launch geometry.
+- `t1_to_template(kernel_cu, t1_json, out_dir)` -> the template folder it wrote (kernel.cu,
+  t1.json, space.toml; op "kt"), checked with porter.spec.template.load_template; on any error
+  nothing is left behind. `import_kt` is the same function under the CLI's name.
+- `kernel_parameters(source, kernel)`, `passes_constant_arguments(...)`: whether the kernel also
+  takes its constant-memory T1 arguments as parameters (Kernel Tuner passes them both ways).
+
+Grid sizes follow Kernel Tuner: with GridDiv lists, grid[d] = ceil(ProblemSize[d] / product of
+the divisors); without them, GlobalSizeType "CUDA" gives blocks and "OpenCL" gives threads.
+"""
+from __future__ import annotations
+
+import ast
+import gzip
+import json
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from porter.errors import SpecError, TemplateError
+from porter.spec.expr import Expr
+
+FAILURES = ("InvalidConfig", "CompilationFailedConfig", "RuntimeFailedConfig", "ErrorConfig")
+_DIMS = ("X", "Y", "Z")
+_DEFAULT_DIV = {"X": ["block_size_x"], "Y": ["block_size_y"], "Z": ["block_size_z"]}
+
+
+# ---- caches --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class KTCache:
+    path: str
+    device: str
+    kernel_name: str
+    problem_size: tuple
+    params: Mapping[str, tuple]             # ordered name -> values
+    entries: Mapping[str, float | str]      # key "v1,v2,..." -> time (ms) or failure string
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self.params)
+
+    def key(self, config: Mapping[str, Any] | tuple) -> str:
+        vals = config if isinstance(config, tuple) else tuple(config[n] for n in self.names)
+        return ",".join(str(v) for v in vals)
+
+    def config(self, key: str) -> tuple:
+        """The value tuple of a cache key (values matched by their text)."""
+        texts = key.split(",")
+        if len(texts) != len(self.params):
+            raise SpecError(f"{self.path}: key {key!r} does not have {len(self.params)} values")
+        out = []
+        for t, (n, vals) in zip(texts, self.params.items()):
+            for v in vals:
+                if str(v) == t:
+                    out.append(v)
+                    break
+            else:
+                raise SpecError(f"{self.path}: key {key!r}: {t!r} is not a value of {n}")
+        return tuple(out)
+
+    def time(self, config) -> float | str | None:
+        return self.entries.get(self.key(config))
+
+    def valid_times(self) -> dict[str, float]:
+        return {k: v for k, v in self.entries.items() if isinstance(v, float)}
+
+    def optimum(self) -> tuple[str, float]:
+        return min(self.valid_times().items(), key=lambda kv: kv[1])
+
+    def top(self, n: int) -> list[dict]:
+        """The n fastest configurations, as dicts."""
+        best = sorted(self.valid_times().items(), key=lambda kv: kv[1])[:n]
+        return [dict(zip(self.names, self.config(k))) for k, _ in best]
+
+
+def _read_json(path: Path):
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as f:
+        return json.load(f)
+
+
+def load_cache(path: str | Path) -> KTCache:
+    p = Path(path)
+    try:
+        data = _read_json(p)
+    except (OSError, ValueError) as e:
+        raise SpecError(f"cannot read Kernel Tuner cache {p}: {e}") from None
+    if not isinstance(data, dict) or "cache" not in data or "tune_params_keys" not in data:
+        raise SpecError(f"{p} is not a Kernel Tuner cache file")
+    names = list(data["tune_params_keys"])
+    tp = data.get("tune_params") or {}
+    params = {n: tuple(tp.get(n, ())) for n in names}
+    entries: dict[str, float | str] = {}
+    for key, e in data["cache"].items():
+        t = e.get("time") if isinstance(e, dict) else None
+        if isinstance(t, (int, float)) and not isinstance(t, bool):
+            t = float(t)
+            if t >= 1e20:                     # some caches write failures as a huge time
+                t = "RuntimeFailedConfig"
+        elif isinstance(t, str):
+            pass
+        else:
+            t = "ErrorConfig"
+        entries[key] = t
+    if not all(params.values()):             # old caches without tune_params: rebuild
+        seen: dict[str, dict] = {n: {} for n in names}
+        for e in data["cache"].values():
+            for n in names:
+                seen[n].setdefault(str(e[n]), e[n])
+        params = {n: tuple(sorted(seen[n].values())) for n in names}
+    return KTCache(str(p), str(data.get("device_name", "")), str(data.get("kernel_name", "")),
+                   tuple(data.get("problem_size") or ()), params, entries)
+
+
+def kt_space(cache: KTCache) -> tuple[dict[str, tuple], set[tuple]]:
+    """(params, feasible): feasible = cached configurations other than InvalidConfig."""
+    feasible = {cache.config(k) for k, t in cache.entries.items() if t != "InvalidConfig"}
+    return dict(cache.params), feasible
+
+
+# ---- T1 ------------------------------------------------------------------------------------
+def translate(text: str) -> str:
+    """A T1 expression in porter's expression language: C-style boolean operators become
+    Python's, ProblemSize[i] becomes ProblemSize_i."""
+    s = str(text)
+    s = s.replace("&&", " and ").replace("||", " or ")
+    s = re.sub(r"!(?!=)", " not ", s)
+    s = re.sub(r"\btrue\b", "True", s)
+    s = re.sub(r"\bfalse\b", "False", s)
+    s = re.sub(r"ProblemSize\[(\d+)\]", r"ProblemSize_\1", s)
+    return s.strip()
+
+
+@dataclass(frozen=True)
+class T1Argument:
+    """One kernel argument of a T1 file, in call order. `size` is an expression over
+    ProblemSize_i and the parameters' value lists (e.g. max(filter_width)); scalars have none."""
+    name: str
+    type: str
+    memory_type: str                   # "Vector" or "Scalar"
+    access: str                        # "ReadOnly", "WriteOnly", "ReadWrite"
+    fill_type: str                     # "Random", "Constant", ... ("" for scalars)
+    fill_value: Any
+    size: Expr | None
+    output: bool
+    constant_memory: bool              # MemType "Constant": a __constant__ symbol, not a pointer
+
+
+@dataclass(frozen=True)
+class T1:
+    name: str
+    kernel_name: str
+    kernel_file: str
+    params: Mapping[str, tuple]
+    defaults: Mapping[str, Any]
+    conditions: tuple[Expr, ...]
+    problem_size: tuple[int, ...]
+    local_size: Mapping[str, str]
+    global_size: Mapping[str, str]
+    global_size_type: str
+    grid_div: Mapping[str, list | None]
+    shared_memory: str
+    compiler_options: tuple[str, ...]
+    arguments: tuple[T1Argument, ...] = ()
+    raw: Mapping = field(repr=False, default_factory=dict)
+
+    def is_valid(self, config: Mapping[str, Any]) -> bool:
+        env = dict(config)
+        env.update({f"ProblemSize_{i}": v for i, v in enumerate(self.problem_size)})
+        return all(bool(c(env)) for c in self.conditions)
+
+
+def _values(v):
+    if isinstance(v, str):
+        try:
+            v = ast.literal_eval(v)
+        except (ValueError, SyntaxError):
+            raise TemplateError(f"T1 Values {v!r} is not a Python literal list") from None
+    if not isinstance(v, (list, tuple)) or not v:
+        raise TemplateError(f"T1 Values {v!r} is not a non-empty list")
+    return tuple(v)
+
+
+def load_t1(path: str | Path) -> T1:
+    p = Path(path)
+    try:
+        raw = json.loads(p.read_text())
+    except (OSError, ValueError) as e:
+        raise SpecError(f"cannot read T1 file {p}: {e}") from None
+    cs = raw.get("ConfigurationSpace", {})
+    ks = raw.get("KernelSpecification", {})
+    params, defaults = {}, {}
+    for tp in cs.get("TuningParameters", []):
+        params[tp["Name"]] = _values(tp["Values"])
+        defaults[tp["Name"]] = tp.get("Default", params[tp["Name"]][0])
+    conds = tuple(Expr(translate(c["Expression"] if isinstance(c, dict) else c))
+                  for c in cs.get("Conditions", []))
+    if "KernelName" not in ks:
+        raise TemplateError(f"{p}: KernelSpecification has no KernelName")
+    grid_div = {d: ks.get(f"GridDiv{d}") for d in _DIMS}
+    args = tuple(_argument(a, p) for a in ks.get("Arguments", ()) or ())
+    return T1(
+        name=str(raw.get("General", {}).get("BenchmarkName") or ks.get("BenchmarkName")
+                 or ks["KernelName"]),
+        kernel_name=str(ks["KernelName"]), kernel_file=str(ks.get("KernelFile", "")),
+        params=params, defaults=defaults, conditions=conds,
+        problem_size=tuple(int(x) for x in ks.get("ProblemSize", ())),
+        local_size={d: str(ks.get("LocalSize", {}).get(d, "1")) for d in _DIMS},
+        global_size={d: str(ks.get("GlobalSize", {}).get(d, "1")) for d in _DIMS},
+        global_size_type=str(ks.get("GlobalSizeType", "CUDA")),
+        grid_div=grid_div, shared_memory=str(ks.get("SharedMemory", 0) or 0),
+        compiler_options=tuple(ks.get("CompilerOptions", ()) or ()), arguments=args, raw=raw)
+
+
+def _argument(a: Mapping, path: Path) -> T1Argument:
+    if not isinstance(a, Mapping) or "Name" not in a or "Type" not in a:
+        raise TemplateError(f"{path}: every entry of Arguments needs a Name and a Type")
+    scalar = str(a.get("MemoryType", "Vector")) == "Scalar"
+    size = None if scalar or "Size" not in a else Expr(translate(str(a["Size"])))
+    return T1Argument(
+        name=str(a["Name"]), type=str(a["Type"]),
+        memory_type="Scalar" if scalar else "Vector",
+        access=str(a.get("AccessType", "ReadWrite")), fill_type=str(a.get("FillType", "")),
+        fill_value=a.get("FillValue", 0), size=size, output=bool(a.get("Output", 0)),
+        constant_memory=str(a.get("MemType", "")) == "Constant")
+
+
+# ---- import --------------------------------------------------------------------------------
+def _launch_expr(text: str) -> str:
+    """A T1 launch expression over porter's size names P0, P1, ..."""
+    return re.sub(r"ProblemSize\[(\d+)\]", r"P\1", translate(str(text)))
+
+
+def _grid(t1: T1) -> list[str]:
+    out = []
+    has_div = any(v is not None for v in t1.grid_div.values())
+    for i, d in enumerate(_DIMS):
+        size = f"P{i}" if i < len(t1.problem_size) else "1"
+        if has_div:
+            div = t1.grid_div[d]
+            if div is None:
+                div = [x for x in _DEFAULT_DIV[d] if x in t1.params] or ["1"]
+            divs = [_launch_expr(x) for x in (div if isinstance(div, list) else [div])]
+            prod = " * ".join(f"({x})" for x in divs) if divs else "1"
+            out.append(f"ceil_div({size}, {prod})")
+        elif t1.global_size_type.lower() == "opencl":
+            out.append(f"ceil_div({_launch_expr(t1.global_size[d])}, "
+                       f"({_launch_expr(t1.local_size[d])}))")
+        else:
+            out.append(_launch_expr(t1.global_size[d]))
+    return out
+
+
+# __launch_bounds__ may come before or after `void` (CUDA's guide puts it after)
+_BOUNDS = r"(?:__launch_bounds__\s*\([^)]*\)\s*)?"
+_GLOBAL_RE = r"(__global__\s+" + _BOUNDS + r"void\s+" + _BOUNDS + r"{name}\s*\()"
+
+
+def add_extern_c(source: str, kernel: str) -> str:
+    """Adds `extern "C"` to the kernel's declaration(s) where missing (NVRTC keeps the name)."""
+    pat = re.compile(r'(extern\s+"C"\s+)?' + _GLOBAL_RE.format(name=re.escape(kernel)))
+    if not pat.search(source):
+        raise TemplateError(f"the source has no `__global__ void {kernel}(` declaration")
+    return pat.sub(lambda m: m.group(0) if m.group(1) else 'extern "C" ' + m.group(2), source)
+
+
+def _strip_comments(source: str) -> str:
+    source = re.sub(r"/\*.*?\*/", " ", source, flags=re.S)
+    return re.sub(r"//[^\n]*", "", source)
+
+
+def kernel_parameters(source: str, kernel: str) -> list[str]:
+    """The parameter declarations of `__global__ void kernel(...)` in source, in order."""
+    text = _strip_comments(source)
+    m = re.search(_GLOBAL_RE.format(name=re.escape(kernel)), text)
+    if not m:
+        raise TemplateError(f"the source has no `__global__ void {kernel}(` declaration")
+    params, depth, cur = [], 1, []
+    for ch in text[m.end():]:
+        if ch in "(<[":
+            depth += 1
+        elif ch in ")>]":
+            depth -= 1
+            if depth == 0:
+                break
+        if ch == "," and depth == 1:
+            params.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(ch)
+    else:
+        raise TemplateError(f"the parameter list of {kernel} is not closed")
+    params.append("".join(cur).strip())
+    return [] if params in ([""], ["void"]) else params
+
+
+def passes_constant_arguments(n_params: int, constant_memory: list[bool], kernel: str) -> bool:
+    """Whether the kernel takes the T1 arguments that live in constant memory as parameters as
+    well. Kernel Tuner passes every argument to the kernel and also copies the constant ones
+    into their __constant__ symbols, so a kernel may declare them (and ignore them) or not; the
+    kernel's parameter count says which. A count that fits neither is a TemplateError."""
+    n_all, n_const = len(constant_memory), sum(constant_memory)
+    if n_params == n_all:
+        return True
+    if n_params == n_all - n_const:
+        return False
+    raise TemplateError(
+        f"kernel {kernel} has {n_params} parameters but the T1 file lists {n_all} arguments "
+        f"({n_const} in constant memory); the T1 Arguments must match the kernel's signature")
+
+
+def _toml_str(s: str) -> str:
+    return json.dumps(s)
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    return json.dumps(str(v))
+
+
+def t1_to_template(kernel_cu_path: str | Path, t1_path: str | Path,
+                   out_dir: str | Path) -> Path:
+    """Writes a template folder (kernel.cu, t1.json, space.toml) for a T1 kernel and returns it.
+
+    The template uses op "kt" (its harness reads t1.json beside the space file for the
+    arguments); its sizes are P0, P1, ... with default the T1 ProblemSize; parameters keep the
+    T1 value order; Conditions become constraints. The folder is checked with load_template
+    before it appears: on any error (an include outside porter's folder, a kernel name the
+    source does not declare, ...) a TemplateError says what to fix and nothing is written."""
+    kernel_cu, t1_json, out_dir = Path(kernel_cu_path), Path(t1_path), Path(out_dir)
+    t1 = load_t1(t1_json)
+    source = add_extern_c(kernel_cu.read_text(), t1.kernel_name)
+    if t1.arguments:
+        passes_constant_arguments(len(kernel_parameters(source, t1.kernel_name)),
+                                  [a.constant_memory for a in t1.arguments], t1.kernel_name)
+    if not t1.problem_size:
+        raise TemplateError(f"{t1_json}: KernelSpecification has no ProblemSize")
+    for n in t1.params:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", n) or re.fullmatch(r"P\d+", n):
+            raise TemplateError(f"T1 parameter name {n!r} cannot be a porter parameter")
+    sizes = [f"P{i}" for i in range(len(t1.problem_size))]
+    # Kernel Tuner defines block_size_x/y/z for every kernel; keep that for constant ones
+    options = [o for o in t1.compiler_options if not o.startswith("-std")]
+    for i, d in enumerate(_DIMS):
+        name = f"block_size_{d.lower()}"
+        if name not in t1.params:
+            try:
+                val = int(ast.literal_eval(t1.local_size[d]))
+                options.append(f"-D{name}={val}")
+            except (ValueError, SyntaxError):
+                pass
+    block = [_launch_expr(t1.local_size[d]) for d in _DIMS]
+    smem = _launch_expr(t1.shared_memory)
+    lines = [
+        "# imported from a Kernel Tuner / BAT T1 specification by porter.interop.kt.import_kt",
+        "[template]",
+        f"name = {_toml_str(t1.name)}",
+        'op = "kt"',
+        f"kernel = {_toml_str(t1.kernel_name)}",
+        'source = "kernel.cu"',
+        'version = "1"',
+        f"options = [{', '.join(_toml_str(o) for o in options)}]",
+        f"description = {_toml_str('Kernel Tuner T1 import of ' + t1.kernel_file)}",
+        "",
+        "[sizes]",
+        f"names = [{', '.join(_toml_str(s) for s in sizes)}]",
+        f"default = [{_toml_str('x'.join(str(v) for v in t1.problem_size))}]",
+        "",
+        "[params]   # T1 value order kept (the auto sampler's neighbourhoods follow it)",
+    ]
+    for n, vals in t1.params.items():
+        ordered = list(vals)
+        # keep the value order (the auto sampler uses it as a neighbourhood)
+        lines.append(f"{n} = [{', '.join(_toml_value(v) for v in ordered)}]")
+    conds = []
+    for c in t1.conditions:
+        text = re.sub(r"ProblemSize_(\d+)", r"P\1", c.text)
+        conds.append(text)
+    lines += ["", "[constraints]", "list = ["]
+    lines += [f"  {_toml_str(c)}," for c in conds]
+    lines += ["]", "", "[launch]",
+              f"grid = [{', '.join(_toml_str(g) for g in _grid(t1))}]",
+              f"block = [{', '.join(_toml_str(b) for b in block)}]",
+              f"smem = {_toml_str(smem)}", ""]
+    return _write_checked(out_dir, {"kernel.cu": source, "t1.json": t1_json.read_text(),
+                                     "space.toml": "\n".join(lines)})
+
+
+import_kt = t1_to_template
+
+
+def _write_checked(out_dir: Path, files: Mapping[str, str]) -> Path:
+    """Writes the files into a scratch folder beside out_dir, loads it as a template, then
+    moves them into out_dir (replacing those three files only)."""
+    from porter.spec.template import load_template   # template imports nothing of this module
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=out_dir.parent))
+    try:
+        for name, text in files.items():
+            (scratch / name).write_text(text)
+        load_template(scratch)
+        out_dir.mkdir(exist_ok=True)
+        for name in files:
+            os.replace(scratch / name, out_dir / name)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return out_dir

@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+import ctypes
+
+from porter.measure.ops._bf16 import from_bf16, rel_error, to_bf16, torch_view
+from porter.measure.ops.base import Op
+
+_CUDA_R_16BF, _CUDA_R_32F, _COMPUTE_32F, _GEMM_DEFAULT = 14, 0, 68, -1
+
+
+class GemmOp(Op):
+    """C = A @ B.T: A M x K, B N x K, C M x N, all row-major bf16, fp32 accumulation."""
+
+    name = "gemm"
+    dims = ("M", "N", "K")
+    rtol = 1e-2
+
+    def setup(self, size, seed):
+        import cupy as cp
+        M, N, K = size
+        rng = cp.random.default_rng(seed)
+        a32 = rng.standard_normal((M, K), dtype=cp.float32)
+        b32 = rng.standard_normal((N, K), dtype=cp.float32)
+        A, B = to_bf16(a32), to_bf16(b32)
+        ref = from_bf16(A) @ from_bf16(B).T
+        C = cp.empty((M, N), dtype=cp.uint16)
+        return {"A": A, "B": B, "C": C, "ref": ref, "size": size}
+
+    def args(self, state, workspace_ptr):
+        M, N, K = state["size"]
+        return [ctypes.c_void_p(state["A"].data.ptr), ctypes.c_void_p(state["B"].data.ptr),
+                ctypes.c_void_p(state["C"].data.ptr), ctypes.c_int(M), ctypes.c_int(N),
+                ctypes.c_int(K), ctypes.c_void_p(workspace_ptr)]
+
+    def poison(self, state):
+        state["C"].fill(0xFFFF)
+
+    def error(self, state):
+        return rel_error(from_bf16(state["C"]), state["ref"])
+
+    def baselines(self, state):
+        out = {"cublas(cupy)": lambda: _cublas_gemm(state)}
+        ta, tb, tc = (torch_view(state[k]) for k in "ABC")
+        if ta is not None:
+            import torch
+            out["cublas(torch)"] = lambda: torch.matmul(ta, tb.T, out=tc)
+        return out
+
+
+def _cublas_gemm(state):
+    """Row-major C = A B^T is column-major C^T = B A^T: cuBLAS's 'TN' call."""
+    import cupy as cp
+    import numpy as np
+    from cupy_backends.cuda.libs import cublas
+    M, N, K = state["size"]
+    handle = cp.cuda.device.get_cublas_handle()
+    one = state.setdefault("_one", np.ones(1, np.float32))
+    zero = state.setdefault("_zero", np.zeros(1, np.float32))
+    cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)
+    cublas.gemmEx(handle, cublas.CUBLAS_OP_T, cublas.CUBLAS_OP_N, N, M, K,
+                  one.ctypes.data, state["B"].data.ptr, _CUDA_R_16BF, K,
+                  state["A"].data.ptr, _CUDA_R_16BF, K,
+                  zero.ctypes.data, state["C"].data.ptr, _CUDA_R_16BF, N,
+                  _COMPUTE_32F, _GEMM_DEFAULT)

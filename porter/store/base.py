@@ -1,0 +1,101 @@
+"""The storage contract. porter knows only this base; the SQL implementation lives in db/ and is
+found through the `porter.plugins` entry point, so imports run one way (db -> porter)."""
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import Any
+
+from porter.errors import StoreError
+from porter.records import JobSpec, TrialRecord
+
+DEFAULT_DB_URL = "sqlite:///porter.db"
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    id: int
+    spec: JobSpec
+    status: str
+    template_name: str
+    template_hash: str
+    message: str = ""
+    created_at: float = 0.0
+    started_at: float | None = None
+    finished_at: float | None = None
+    n_trials: int = 0
+    n_measured: int = 0
+    best_objective: float | None = None
+    best_ratio: float | None = None
+    study_name: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Store(ABC):
+    """Jobs and trials. Every write is one transaction: a trial row appears whole or not at all."""
+
+    url: str
+
+    @abstractmethod
+    def create_job(self, spec: JobSpec, template_name: str, template_hash: str,
+                   template_source: str, space_text: str, status: str = "queued") -> int: ...
+
+    @abstractmethod
+    def get_job(self, job_id: int) -> JobInfo: ...
+
+    @abstractmethod
+    def list_jobs(self, limit: int = 100) -> list[JobInfo]: ...
+
+    @abstractmethod
+    def set_job_status(self, job_id: int, status: str, message: str = "") -> None: ...
+
+    @abstractmethod
+    def record_trial(self, job_id: int, trial: TrialRecord) -> bool:
+        """Stores the trial once; returns False (and changes nothing) if that trial number of
+        that job is already recorded."""
+
+    @abstractmethod
+    def trials(self, job_id: int, status: str | None = None) -> list[TrialRecord]: ...
+
+    def trial_statuses(self, job_id: int) -> dict[int, str]:
+        """Trial number -> status of the job's recorded trials (stores may answer this without
+        reading measurements)."""
+        return {t.number: t.status for t in self.trials(job_id)}
+
+    @abstractmethod
+    def best_trials(self, job_id: int, n: int = 10) -> list[TrialRecord]: ...
+
+    def optuna_storage(self):
+        """An Optuna storage in the same database (Optuna's own tables)."""
+        import optuna
+        return optuna.storages.RDBStorage(self.url)
+
+
+def db_url(url: str | None = None) -> str:
+    return url or os.environ.get("PORTER_DB_URL") or DEFAULT_DB_URL
+
+
+# the entry points pyproject.toml registers, for a checkout used without installing it
+_DEFAULT_PLUGINS = {"store": "db.store:open_store", "service": "workers.service:service"}
+
+
+def plugin(name: str):
+    eps = entry_points(group="porter.plugins", name=name)
+    if eps:
+        return next(iter(eps)).load()
+    if name in _DEFAULT_PLUGINS:
+        import importlib
+        module, attr = _DEFAULT_PLUGINS[name].split(":")
+        try:
+            return getattr(importlib.import_module(module), attr)
+        except ImportError as e:
+            raise StoreError(f"the '{name}' plugin cannot be loaded ({e}); install the "
+                             "project (pip install -e .)") from e
+    raise StoreError(f"the '{name}' plugin is not installed; reinstall the project "
+                     "(pip install -e .)")
+
+
+def open_store(url: str | None = None) -> Store:
+    return plugin("store")(db_url(url))
