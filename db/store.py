@@ -28,6 +28,8 @@ from .engine import (SQLITE_BUSY_SECONDS, get_engine, normalize_url, one_line, s
                      transaction, translate)
 from .models import Job, Measurement, Template, Trial, parse_size, size_text
 from .queries import BestConfig, JobProgress
+from .read import ReadMixin
+from .service_store import ServiceMixin
 
 FINISHED = ("done", "failed", "cancelled")
 # statuses whose trials have an objective worth ranking (compile-only jobs end in `compiled`)
@@ -57,7 +59,7 @@ class TemplateInfo:
     space_text: str
 
 
-class SqlStore(Store):
+class SqlStore(ReadMixin, ServiceMixin, Store):
     """porter's Store on one database URL. Use open_store(url), which migrates first.
 
     Beyond the base: list_jobs filters, cancellation (request_cancel, cancel_requested,
