@@ -144,8 +144,9 @@ class Ours:
         B, H, S, D = q.shape
         self.mod, self.fn, self.res, self.compile_s, _ = build(defs, D)
         bm = 64 * defs["CONSUMERS"]
-        ntiles = -(-S // bm) * B * H
-        self.grid = min(ntiles, sms) if defs["PERSIST"] else ntiles
+        nmb = -(-S // bm)
+        # persistent: units of two query tiles (kernel.cu, decode_persistent), one CTA per SM
+        self.grid = min(B * H * ((nmb + 1) // 2), sms) if defs["PERSIST"] else nmb * B * H
         self.block = 128 * (defs["CONSUMERS"] + 1)
         self.smem = smem_bytes(defs, D)
         self.keep = (q, k, v, o, lse)

@@ -89,23 +89,7 @@ __device__ __forceinline__ uint32_t sm_count() {
   return n;
 }
 
-// Tile order: heads in groups of HG, where a group's tiles fill about two waves of the grid
-// (G CTAs) and their K / V stay in L2; inside a group, causal runs take the heaviest query
-// tiles (the last rows) first. Persistent CTA i takes the k-th tile of the order at
-// k * G + (i, or G - 1 - i on odd k): a heavy tile of one round is paired with a light one of
-// the next, which balances causal work even where G is not a multiple of the tiles per head.
-__device__ __forceinline__ int tile_at(int k, int G) {
-  return k * G + ((k & 1) ? G - 1 - (int)blockIdx.x : (int)blockIdx.x);
-}
-
-__device__ __forceinline__ Tile decode(int t, int nmb, int BH, int H, int HKV, int S, int causal,
-                                       int G) {
-  const int hg = max(1, 2 * G / nmb);
-  const int g = t / (hg * nmb), u = t % (hg * nmb);
-  const int cnt = min(hg, BH - g * hg);       // heads in this (maybe last, smaller) group
-  const int bh = g * hg + u % cnt;
-  const int r = u / cnt;
-  const int mb = causal ? nmb - 1 - r : r;
+__device__ __forceinline__ Tile make_tile(int bh, int mb, int H, int HKV, int S, int causal) {
   Tile w;
   w.z = bh;
   w.zkv = (bh / H) * HKV + (bh % H) / (H / HKV);
@@ -113,6 +97,34 @@ __device__ __forceinline__ Tile decode(int t, int nmb, int BH, int H, int HKV, i
   const int nkv = (S + BN - 1) / BN;
   w.n_end = (causal && CAUSAL_SKIP) ? min(nkv, (w.m0 + BM + BN - 1) / BN) : nkv;
   return w;
+}
+
+// Plain grid (one tile per CTA, the hardware hands out CTAs in order as SMs free up): heads in
+// groups of about two waves of tiles (their K / V stay in L2), causal runs taking the heaviest
+// query tiles (the last rows) of the group first.
+__device__ __forceinline__ Tile decode(int t, int nmb, int BH, int H, int HKV, int S, int causal,
+                                       int G) {
+  const int hg = max(1, 2 * G / nmb);
+  const int g = t / (hg * nmb), u = t % (hg * nmb);
+  const int cnt = min(hg, BH - g * hg);       // heads in this (maybe last, smaller) group
+  const int r = u / cnt;
+  return make_tile(g * hg + u % cnt, causal ? nmb - 1 - r : r, H, HKV, S, causal);
+}
+
+// Persistent grid: the work comes in units of two query tiles of one head, mb and
+// nmb - 1 - mb, which cost the same in causal runs; CTA i takes units i, i + G, ... (head by
+// head, so the CTAs of a round share K / V) and both tiles of each. `k` counts the CTA's tiles.
+// Returns false past the end; `skip` marks the second half of a middle unit (odd nmb).
+__device__ __forceinline__ bool decode_persistent(int k, int nmb, int BH, int H, int HKV, int S,
+                                                  int causal, Tile& w, bool& skip) {
+  const int npairs = (nmb + 1) / 2;
+  const int unit = (k >> 1) * (int)gridDim.x + (int)blockIdx.x;
+  if (unit >= BH * npairs) return false;
+  const int pr = unit % npairs;
+  const int mb = (k & 1) ? pr : nmb - 1 - pr;
+  skip = (k & 1) && mb == nmb - 1 - pr;
+  w = make_tile(unit / npairs, mb, H, HKV, S, causal);
+  return true;
 }
 
 // Masks S_j where needed, folds it into the running max / sum of the thread's two rows and
@@ -184,14 +196,19 @@ flash_attention_fwd(const bf16_t* __restrict__ Q, const bf16_t* __restrict__ K,
 
   const int nmb = (S + BM - 1) / BM;
   const int ntiles = nmb * B * H;
-  const int G = PERSIST ? gridDim.x : ntiles;
-  // the CTAs that run at once, which the order's head groups are sized for
-  const int order_g = PERSIST ? G : (int)sm_count();
-  // persistent: rounds k = 0, 1, ... while any CTA has a tile; otherwise one tile, blockIdx.x
-#define FOR_EACH_TILE(t, k) \
-  for (int k = 0, t = PERSIST ? tile_at(0, G) : (int)blockIdx.x; \
-       PERSIST ? k * G < ntiles : k == 0; ++k, t = tile_at(k, G)) \
-    if (t < ntiles)
+  (void)ntiles;
+  // This CTA's tiles, in order: w is the k-th.
+#if PERSIST
+#define FOR_EACH_TILE(w) \
+  Tile w; \
+  bool skip_; \
+  for (int k_ = 0; decode_persistent(k_, nmb, B * H, H, HKV, S, causal, w, skip_); ++k_) \
+    if (!skip_)
+#else
+#define FOR_EACH_TILE(w) \
+  for (Tile w = decode(blockIdx.x, nmb, B * H, H, HKV, S, causal, (int)sm_count()), *once_ = &w; \
+       once_; once_ = nullptr)
+#endif
 
   if (wg == 0) {
     // ---------------------------------------------------------------- producer
@@ -202,8 +219,7 @@ flash_attention_fwd(const bf16_t* __restrict__ Q, const bf16_t* __restrict__ K,
       tma::prefetch_desc(&tmV);
       Cursor<STAGES> kc;
       uint32_t tq = 0;
-      FOR_EACH_TILE(t, k) {
-        const Tile w = decode(t, nmb, B * H, H, HKV, S, causal, order_g);
+      FOR_EACH_TILE(w) {
         for (int j = 0; j < w.n_end; ++j) {
           ringK.acquire(kc);
           uint32_t bar = ringK.commit(kc, KV_BYTES);
@@ -241,8 +257,7 @@ flash_attention_fwd(const bf16_t* __restrict__ Q, const bf16_t* __restrict__ K,
 #endif
     Cursor<STAGES> kc;
     uint32_t tq = 0;
-    FOR_EACH_TILE(t, k) {
-      const Tile w = decode(t, nmb, B * H, H, HKV, S, causal, order_g);
+    FOR_EACH_TILE(w) {
       const int row0 = w.m0 + c * 64 + warpgroup::warp() * 16 + lane / 4;   // rows row0, row0 + 8
       const int wg_first_row = w.m0 + c * 64;
       float o[HD / 2], s[BN / 2], m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f}, corr[2];
