@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from porter.measure.backends.gpu import GpuBackend  # noqa: E402
 from porter.measure.backends.replay import recording  # noqa: E402
 from porter.job.loop import Engine  # noqa: E402
-from porter.job.jobs import make_spec, template_record  # noqa: E402
+from porter.job.jobs import make_spec, template_record, template_snapshot  # noqa: E402
 from porter.store.base import open_store  # noqa: E402
 
 JOBS = {
@@ -193,7 +193,8 @@ def run_job(name, cfg, sizes, args, store, out, bw, table):
     spec, tpl, arch = make_spec(name, "sm_90a", sizes, args.trials or cfg["trials"],
                                 sampler=args.sampler, templates_dir=tdir)
     src, space = template_record(tpl)
-    job = store.create_job(spec, tpl.name, tpl.source_hash, src, space, status="running")
+    job = store.create_job(spec, tpl.name, tpl.source_hash, src, space, status="running",
+                           snapshot=template_snapshot(tpl))
     be = GpuBackend(seed=1, timeout_s=cfg.get("timeout", 30))
     try:
         summary = Engine(store, tpl, arch, be).run(job, spec)

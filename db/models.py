@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import (JSON, Boolean, Double, ForeignKey, Index, Integer, MetaData, String, Text,
-                        UniqueConstraint)
+from sqlalchemy import (JSON, Boolean, Double, ForeignKey, Index, Integer, LargeBinary, MetaData,
+                        String, Text, UniqueConstraint)
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -31,8 +31,8 @@ class Base(DeclarativeBase):
 
 
 class Template(Base):
-    """A template's source as a job received it; jobs refer to it by hash, so a source that
-    changes later never rewrites the history of earlier jobs."""
+    """A template as a job received it (a snapshot of its folder); jobs refer to it by hash, so a
+    template that changes later never rewrites the history of earlier jobs."""
     __tablename__ = "porter_templates"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -42,6 +42,8 @@ class Template(Base):
     source: Mapped[str] = mapped_column(Text)
     space_text: Mapped[str] = mapped_column(Text)
     created_at: Mapped[float] = mapped_column(Double)
+    # the whole template folder (porter.spec.snapshot); source_hash is its content hash
+    files: Mapped[bytes | None] = mapped_column(LargeBinary)
 
 
 class Job(Base):

@@ -31,7 +31,7 @@ from .queries import BestConfig, JobProgress
 from .read import ReadMixin
 from .service_store import ServiceMixin
 
-FINISHED = ("done", "failed", "cancelled")
+FINISHED = ("done", "failed", "cancelled", "interrupted")
 # statuses whose trials have an objective worth ranking (compile-only jobs end in `compiled`)
 RANKED = ("measured", "compiled")
 
@@ -87,13 +87,17 @@ class SqlStore(ReadMixin, ServiceMixin, Store):
 
     def create_job(self, spec: JobSpec, template_name: str, template_hash: str,
                    template_source: str, space_text: str, status: str = "queued",
-                   study_name: str | None = None) -> int:
-        """Records the job (and its template's source, once per hash); the study name defaults
-        to `porter-job-<id>`."""
+                   study_name: str | None = None, snapshot: bytes | None = None) -> int:
+        """Records the job and its template snapshot (once per hash: jobs of an unchanged
+        template share the row); the study name defaults to `porter-job-<id>`. Without a
+        snapshot the row keeps a bundle of the source and the space file alone."""
         _check_job_status(status)
         now = time.time()
+        if snapshot is None:
+            snapshot = _record_bundle(template_source, space_text)
         with self._tx("creating a job") as conn:
-            self._add_template(conn, template_name, template_hash, template_source, space_text)
+            self._add_template(conn, template_name, template_hash, template_source, space_text,
+                               snapshot)
             job_id = conn.execute(insert(Job).values(
                 spec=spec.to_dict(), template_name=template_name, template_hash=template_hash,
                 arch=spec.arch, status=status, message="", created_at=now,
@@ -107,9 +111,10 @@ class SqlStore(ReadMixin, ServiceMixin, Store):
         return int(job_id)
 
     def _add_template(self, conn: Connection, name: str, source_hash: str, source: str,
-                      space_text: str) -> None:
+                      space_text: str, snapshot: bytes) -> None:
         values = dict(source_hash=source_hash, name=name, version=_space_version(space_text),
-                      source=source, space_text=space_text, created_at=time.time())
+                      source=source, space_text=space_text, created_at=time.time(),
+                      files=snapshot)
         dialect = conn.dialect.name
         if dialect in ("postgresql", "sqlite"):
             ins = pg_insert if dialect == "postgresql" else sqlite_insert
@@ -216,6 +221,16 @@ class SqlStore(ReadMixin, ServiceMixin, Store):
             raise StoreError(f"no template with hash {source_hash} in {safe_url(self.url)}")
         return TemplateInfo(row.source_hash, row.name, row.version, row.source, row.space_text)
 
+    def template_snapshot(self, source_hash: str) -> bytes:
+        """The template snapshot (porter.spec.snapshot's blob) stored under this hash."""
+        with self._read("reading a template snapshot") as conn:
+            row = conn.execute(select(Template.files, Template.source, Template.space_text)
+                               .where(Template.source_hash == source_hash)).first()
+        if row is None:
+            raise StoreError(f"no template with hash {source_hash} in {safe_url(self.url)}")
+        return row.files if row.files is not None else _record_bundle(row.source,
+                                                                       row.space_text)
+
     # ---- trials
 
     def record_trial(self, job_id: int, trial: TrialRecord) -> bool:
@@ -301,6 +316,14 @@ class SqlStore(ReadMixin, ServiceMixin, Store):
                 self._optuna = optuna.storages.RDBStorage(self.url, engine_kwargs=kwargs)
         return self._optuna
 
+    def close(self) -> None:
+        """Closes this store's pooled connections and forgets its Optuna storage (the next use
+        opens fresh ones: after a database restart, or before a process exits)."""
+        self._engine.dispose()
+        if self._optuna is not None:
+            self._optuna.engine.dispose()
+            self._optuna = None
+
 
 _migrated: set[str] = set()
 _migrate_lock = threading.Lock()
@@ -314,6 +337,15 @@ def open_store(url: str) -> SqlStore:
             migrate.upgrade(url)
             _migrated.add(url)
     return SqlStore(url)
+
+
+def _record_bundle(source: str, space_text: str) -> bytes:
+    from porter.spec.snapshot import from_record
+    try:
+        name = str(tomllib.loads(space_text).get("template", {}).get("source", "kernel.cu"))
+    except tomllib.TOMLDecodeError:
+        name = "kernel.cu"
+    return from_record(name, source, space_text).blob
 
 
 def _check_job_status(status: str) -> None:

@@ -123,10 +123,10 @@ def record(job: int, out: Path = typer.Option(..., "-o", "--out"), db: Optional[
     """Write a job's measurements as a replay recording (.json or .json.gz)."""
     import gzip
     from porter.measure.backends.replay import recording
-    from porter.spec.template import find_template
+    from porter.spec.snapshot import job_template
     store = _store(db)
     info = store.get_job(job)
-    tpl = find_template(info.spec.template)
+    tpl = job_template(store, info)
     trials = store.trials(job)
     dev = next((t.device for t in trials if t.status == "measured"), {})
     data = json.dumps(recording(tpl.name, info.spec.arch, tpl.param_names, dev, trials))

@@ -10,9 +10,9 @@ from typing import Any
 # DESIGN.md's statuses, plus `compiled` for compile-only runs (no GPU for the architecture)
 STATUSES = ("infeasible", "compile_failed", "resource_rejected", "launch_failed", "wrong_result",
             "timeout", "crashed", "measured", "compiled")
-JOB_STATUSES = ("queued", "running", "done", "failed", "cancelled")
+JOB_STATUSES = ("queued", "running", "done", "failed", "cancelled", "interrupted")
 BACKENDS = ("gpu", "compile-only", "replay")
-SAMPLERS = ("tpe", "random", "cmaes", "gp", "grid", "auto")
+from porter.search.base import SAMPLER_NAMES as SAMPLERS  # noqa: E402  (live: the registry's names)
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,9 @@ class JobSpec:
     replay: str | None = None        # replay source: a Kernel Tuner cache or a porter recording
     from_arch: str | None = None     # warm start from the best configurations on this arch
     from_job: int | None = None
+    # multiprocessors of the target product where it differs from the architecture table's
+    # (compile-only ports for, say, an H100 PCIe); a GPU backend uses its device's own count
+    sms: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

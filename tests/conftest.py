@@ -31,12 +31,13 @@ def replay_job(store, template: str, recording: str | Path | None, arch: str = "
     """Records a job and runs the engine on it in-process; returns the job id. With
     backend="compile-only" (and recording None) the variants are compiled, not measured."""
     from porter.job.loop import Engine
-    from porter.job.jobs import make_backend, make_spec, template_record
+    from porter.job.jobs import make_backend, make_spec, template_record, template_snapshot
 
     spec, tpl, a = make_spec(template, arch, sizes, trials=trials, backend=backend,
                              replay=str(recording) if recording else None)
     src, space = template_record(tpl)
-    job_id = store.create_job(spec, tpl.name, tpl.source_hash, src, space)
+    job_id = store.create_job(spec, tpl.name, tpl.source_hash, src, space,
+                              snapshot=template_snapshot(tpl))
     be, _ = make_backend(spec, a)
     try:
         Engine(store, tpl, a, be, workers=workers).run(job_id, spec)

@@ -8,7 +8,7 @@ import pytest
 from porter.measure.backends.base import CompileOnlyBackend
 from porter.measure.backends.replay import ReplayBackend, recording
 from porter.job.loop import Engine
-from porter.job.jobs import make_spec, template_record
+from porter.job.jobs import make_spec, template_record, template_snapshot
 from porter.records import Measurement, TrialRecord
 from porter.store.base import open_store
 
@@ -25,7 +25,8 @@ def store(tmp_path, monkeypatch):
 
 def new_job(store, spec, tpl):
     src, space = template_record(tpl)
-    return store.create_job(spec, tpl.name, tpl.source_hash, src, space)
+    return store.create_job(spec, tpl.name, tpl.source_hash, src, space,
+                            snapshot=template_snapshot(tpl))
 
 
 def test_compile_only_records_resources(store):

@@ -12,7 +12,7 @@ from porter.measure.backends.replay import ReplayBackend
 from porter.job.loop import Engine
 from porter.errors import PorterError
 from porter.export.export import FORMATS, export
-from porter.job.jobs import make_spec, template_record
+from porter.job.jobs import make_spec, template_record, template_snapshot
 from porter.store.base import open_store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,7 +26,8 @@ def job(tmp_path_factory):
     spec, tpl, arch = make_spec("gemm_mma", "sm_90a", ["4096x4096x4096", "8192x8192x8192"],
                                 trials=30, backend="replay", replay=str(REC))
     src, space = template_record(tpl)
-    job_id = store.create_job(spec, tpl.name, tpl.source_hash, src, space)
+    job_id = store.create_job(spec, tpl.name, tpl.source_hash, src, space,
+                              snapshot=template_snapshot(tpl))
     Engine(store, tpl, arch, ReplayBackend(REC)).run(job_id, spec)
     from conftest import replay_job
     replay_job(store, "gemm_mma", None, arch="sm_80", trials=4, backend="compile-only",
@@ -97,7 +98,8 @@ def test_unknown_job_and_empty_job_are_one_line(job, tmp_path):
         export(store, 999, "json", tmp_path)
     spec, tpl, _ = make_spec("gemm_mma", "sm_90a", trials=1, backend="compile-only")
     src, space = template_record(tpl)
-    empty = store.create_job(spec, tpl.name, tpl.source_hash, src, space)
+    empty = store.create_job(spec, tpl.name, tpl.source_hash, src, space,
+                             snapshot=template_snapshot(tpl))
     with pytest.raises(PorterError, match=f"job {empty} has no measured or compiled trial"):
         export(store, empty, "cu", tmp_path)
 

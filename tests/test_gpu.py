@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from porter.job.loop import Engine
-from porter.job.jobs import make_spec, template_record
+from porter.job.jobs import make_spec, template_record, template_snapshot
 from porter.store.base import open_store
 
 pytestmark = pytest.mark.gpu
@@ -31,7 +31,8 @@ def _run(tmp_path, name, sizes, trials, **kw):
     store = open_store(f"sqlite:///{tmp_path / 'g.db'}")
     spec, tpl, arch = make_spec(name, "sm_90a", sizes, trials, **kw)
     src, space = template_record(tpl)
-    job = store.create_job(spec, tpl.name, tpl.source_hash, src, space)
+    job = store.create_job(spec, tpl.name, tpl.source_hash, src, space,
+                           snapshot=template_snapshot(tpl))
     be = GpuBackend(timeout_s=10)
     try:
         Engine(store, tpl, arch, be).run(job, spec)

@@ -9,7 +9,7 @@ import pytest
 from porter.spec.arch import ARCHS
 from porter.measure.backends.replay import ReplayBackend
 from porter.job.loop import Engine
-from porter.job.jobs import make_spec, template_record
+from porter.job.jobs import make_spec, template_record, template_snapshot
 from porter.interop.kt import add_extern_c, import_kt, kt_space, load_cache, load_t1, translate
 from porter.search.searcher import Searcher, SearchSpace
 from porter.store.base import open_store
@@ -133,7 +133,8 @@ def test_replayed_port_runs_to_completion(tmp_path, monkeypatch):
     spec, tpl, arch = make_spec(str(folder), "sm_90a", trials=100, backend="replay",
                                 replay=str(rec))
     src, space = template_record(tpl)
-    job = store.create_job(spec, tpl.name, tpl.source_hash, src, space)
+    job = store.create_job(spec, tpl.name, tpl.source_hash, src, space,
+                           snapshot=template_snapshot(tpl))
     summary = Engine(store, tpl, arch, ReplayBackend(rec), workers=1).run(job, spec)
     trials = store.trials(job)
     counted = [t for t in trials if t.status != "infeasible"]

@@ -11,7 +11,7 @@ from porter.records import JobSpec
 class Service:
     def submit(self, spec: JobSpec, db_url: str | None) -> int:
         """Records the job (queued) and queues its drivers and its compile prefetcher."""
-        from porter.job.jobs import template_record
+        from porter.job.jobs import template_record, template_snapshot
         from porter.store.base import open_store
         from porter.spec.template import find_template
 
@@ -20,7 +20,8 @@ class Service:
         store = open_store(db_url)
         src, space = template_record(tpl)
         store.optuna_storage()   # Optuna's tables exist before several drivers open them
-        job_id = store.create_job(spec, tpl.name, tpl.source_hash, src, space, status="queued")
+        job_id = store.create_job(spec, tpl.name, tpl.source_hash, src, space, status="queued",
+                                  snapshot=template_snapshot(tpl))
         drivers = int(os.environ.get("PORTER_DRIVERS", "2"))
         try:
             enqueue(job_id, spec.arch, drivers)

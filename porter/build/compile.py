@@ -6,6 +6,7 @@ source, options, architecture and NVRTC version.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -58,22 +59,33 @@ def cache_dir() -> Path:
     return d
 
 
-def _include_digest() -> str:
+@functools.lru_cache(maxsize=64)
+def _include_digest(folder: Path, stamp: float) -> str:
     h = hashlib.sha256()
-    for p in sorted(INCLUDE_DIR.glob("*.cuh")):
-        h.update(p.name.encode() + p.read_bytes())
+    for p in sorted(folder.rglob("*")):
+        if p.suffix in (".cuh", ".h") and p.is_file():
+            h.update(p.relative_to(folder).as_posix().encode() + b"\0" + p.read_bytes())
     return h.hexdigest()
 
 
+def include_dir(template: Template) -> Path:
+    """The headers a template compiles against: its snapshot's own, else porter's."""
+    return template.include_dir or INCLUDE_DIR
+
+
 def options_for(template: Template, config, arch: Arch) -> list[str]:
-    return [*BASE_OPTIONS, f"--gpu-architecture={arch.name}", f"-I{INCLUDE_DIR}",
+    return [*BASE_OPTIONS, f"--gpu-architecture={arch.name}", f"-I{include_dir(template)}",
             *template.options, *template.defines(config, arch)]
 
 
 def variant_key(template: Template, config, arch: Arch) -> str:
+    """Same source, headers, options and compiler: same key (wherever the headers lie)."""
+    inc = include_dir(template)
+    stamp = max((p.stat().st_mtime for p in inc.rglob("*") if p.is_file()), default=0.0)
+    opts = [o for o in options_for(template, config, arch) if not o.startswith("-I")]
     h = hashlib.sha256()
-    for part in (template.source, template.kernel, arch.name, nvrtc_version(), _include_digest(),
-                 json.dumps(options_for(template, config, arch))):
+    for part in (template.source, template.kernel, arch.name, nvrtc_version(),
+                 _include_digest(inc, stamp), json.dumps(opts)):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()[:32]

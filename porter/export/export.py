@@ -20,7 +20,8 @@ from porter.build.compile import compile_ptx, compile_variant, nvrtc_version
 from porter.errors import PorterError
 from porter.records import TrialRecord
 from porter.store.base import Store
-from porter.spec.template import INCLUDE_DIR, Template, find_template
+from porter.spec.snapshot import job_template
+from porter.spec.template import INCLUDE_DIR, Template
 
 FORMATS = ("cu", "cubin", "ptx", "fatbin", "python", "header", "json", "kt-cache")
 
@@ -28,7 +29,7 @@ FORMATS = ("cu", "cubin", "ptx", "fatbin", "python", "header", "json", "kt-cache
 def tuning_table(store: Store, job_id: int) -> tuple[Template, str, list[dict]]:
     """Per problem size, the best trial of the job: [{size, params, measurement, trial}]."""
     info = store.get_job(job_id)
-    tpl = find_template(info.spec.template)
+    tpl = job_template(store, info)       # the job's own snapshot, never the folder on disk
     trials = store.trials(job_id)
     measured = [t for t in trials if t.status == "measured"]
     rows = []
@@ -108,7 +109,8 @@ def standalone_source(tpl: Template, arch: str, params: dict, size=None) -> str:
     a = get_arch(arch)
     src = tpl.source
     for m in re.finditer(r'^\s*#\s*include\s*"([^"]+)"', tpl.source, re.M):
-        header = (INCLUDE_DIR / m.group(1)).read_text().replace("#pragma once", "")
+        header = ((tpl.include_dir or INCLUDE_DIR) / m.group(1)).read_text().replace(
+            "#pragma once", "")
         src = src.replace(m.group(0), f"// ---- {m.group(1)} (inlined) ----\n{header}")
     defines = "\n".join(f"#define {k} {int(v) if isinstance(v, bool) else v}"
                         for k, v in params.items())

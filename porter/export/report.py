@@ -13,11 +13,11 @@ from collections import Counter
 from rich.console import Console
 from rich.table import Table
 
-from porter.spec.arch import get_arch
 from porter.build.check import static_check
 from porter.records import TrialRecord
 from porter.store.base import Store
-from porter.spec.template import Template, find_template
+from porter.spec.snapshot import job_parts
+from porter.spec.template import Template
 
 EXACT_UP_TO = 20_000      # spaces up to this size are counted exactly, larger ones sampled
 SAMPLE = 4_000
@@ -67,10 +67,8 @@ def _source_trials(store: Store, template: str, from_arch: str | None,
 
 
 def report(store: Store, job_id: int, console: Console, top: int = 20) -> None:
-    info = store.get_job(job_id)
+    info, tpl, arch = job_parts(store, job_id)
     spec = info.spec
-    tpl = find_template(spec.template)
-    arch = get_arch(spec.arch)
     sizes = [tuple(s) for s in spec.sizes]
     trials = store.trials(job_id)
     counts = Counter(t.status for t in trials)

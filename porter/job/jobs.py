@@ -68,6 +68,18 @@ def template_record(tpl: Template) -> tuple[str, str]:
     return tpl.source, (tpl.folder / "space.toml").read_text()
 
 
+def template_snapshot(tpl: Template) -> bytes:
+    """The snapshot of the template's folder that a new job stores (porter.spec.snapshot); a
+    folder that changed since the template was loaded is refused rather than stored mixed."""
+    from porter.errors import TemplateError
+    from porter.spec.snapshot import bundle
+    snap = bundle(tpl.folder, tpl.include_dir)
+    if snap.hash != tpl.source_hash:
+        raise TemplateError(f"template {tpl.name!r} changed on disk while the job was being "
+                            "made; run the command again")
+    return snap.blob
+
+
 def probe_compile(tpl: Template, arch: Arch, sizes) -> None:
     """Compiles the first feasible configuration, so a template whose source cannot compile is
     refused in one line before a job is recorded."""

@@ -1,6 +1,7 @@
 """The architecture table: one row per target, limits and features as data."""
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -26,6 +27,9 @@ class Arch:
     max_blocks_per_sm: int
     max_cluster_size: int  # portable cluster size limit; 1 where clusters do not exist
     features: frozenset[str]
+    # multiprocessors of the table's reference product (named in SM_PRODUCTS); a job measured
+    # on a GPU uses that device's own count instead (with_sms)
+    sms: int = 0
 
     def has(self, feature: str) -> bool:
         return feature in self.features
@@ -45,27 +49,36 @@ class Arch:
             "arch_regs_per_thread": self.regs_per_thread,
             "arch_max_threads": self.max_threads_per_block,
             "arch_max_cluster": self.max_cluster_size,
+            "arch_sms": self.sms,
         }
+
+    def with_sms(self, sms: int) -> "Arch":
+        """This row with a measured device's multiprocessor count."""
+        return self if sms == self.sms or sms <= 0 else dataclasses.replace(self, sms=int(sms))
 
 
 _AMPERE = frozenset({"cp.async", "ldmatrix", "mma.sync", "bf16"})
 _HOPPER = _AMPERE | {"tma", "clusters", "fp8"}
 _BLACKWELL = _HOPPER | {"tcgen05", "tmem"}
 K = 1024
+# the product whose multiprocessor count each row carries (compile-only ports use it)
+SM_PRODUCTS = {"sm_80": "A100", "sm_86": "RTX A6000", "sm_89": "L40S", "sm_90": "H100/H200 SXM",
+               "sm_90a": "H100/H200 SXM", "sm_100a": "B200", "sm_103a": "B300 (B200's count, unchecked)",
+               "sm_120": "RTX 5090"}
 
 ARCHS: dict[str, Arch] = {a.name: a for a in (
-    Arch("sm_80", (8, 0), "ampere", 163 * K, 164 * K, 65536, 255, 1024, 2048, 32, 1, _AMPERE),
-    Arch("sm_86", (8, 6), "ampere", 99 * K, 100 * K, 65536, 255, 1024, 1536, 16, 1, _AMPERE),
-    Arch("sm_89", (8, 9), "ada", 99 * K, 100 * K, 65536, 255, 1024, 1536, 24, 1, _AMPERE | {"fp8"}),
-    Arch("sm_90", (9, 0), "hopper", 227 * K, 228 * K, 65536, 255, 1024, 2048, 32, 8, _HOPPER),
+    Arch("sm_80", (8, 0), "ampere", 163 * K, 164 * K, 65536, 255, 1024, 2048, 32, 1, _AMPERE, 108),
+    Arch("sm_86", (8, 6), "ampere", 99 * K, 100 * K, 65536, 255, 1024, 1536, 16, 1, _AMPERE, 84),
+    Arch("sm_89", (8, 9), "ada", 99 * K, 100 * K, 65536, 255, 1024, 1536, 24, 1, _AMPERE | {"fp8"}, 142),
+    Arch("sm_90", (9, 0), "hopper", 227 * K, 228 * K, 65536, 255, 1024, 2048, 32, 8, _HOPPER, 132),
     Arch("sm_90a", (9, 0), "hopper", 227 * K, 228 * K, 65536, 255, 1024, 2048, 32, 8,
-         _HOPPER | {"wgmma", "setmaxnreg"}),
+         _HOPPER | {"wgmma", "setmaxnreg"}, 132),
     Arch("sm_100a", (10, 0), "blackwell", 227 * K, 228 * K, 65536, 255, 1024, 2048, 32, 8,
-         _BLACKWELL | {"setmaxnreg"}),
+         _BLACKWELL | {"setmaxnreg"}, 148),
     Arch("sm_103a", (10, 3), "blackwell", 227 * K, 228 * K, 65536, 255, 1024, 2048, 32, 8,
-         _BLACKWELL | {"setmaxnreg"}),
+         _BLACKWELL | {"setmaxnreg"}, 148),
     Arch("sm_120", (12, 0), "blackwell-consumer", 99 * K, 100 * K, 65536, 255, 1024, 1536, 32, 8,
-         _HOPPER),
+         _HOPPER, 170),
 )}
 
 
@@ -74,6 +87,11 @@ def get_arch(name: str) -> Arch:
         return ARCHS[name]
     except KeyError:
         raise ArchError(f"unknown architecture {name!r}; known: {', '.join(ARCHS)}") from None
+
+
+def resolve_arch(name: str, sms: int | None = None) -> Arch:
+    """A table row, with a product's multiprocessor count where one is given."""
+    return get_arch(name).with_sms(sms or 0)
 
 
 def arch_for_cc(major: int, minor: int) -> Arch:

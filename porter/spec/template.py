@@ -5,7 +5,6 @@ dictionaries. See docs/TEMPLATES.md for the format.
 """
 from __future__ import annotations
 
-import hashlib
 import itertools
 import os
 import re
@@ -78,6 +77,9 @@ class Template:
     # counters); None: all of it. The rest is scratch the kernel fully writes before it reads.
     workspace_clean: Expr | None = None
     source_hash: str = field(default="", compare=False)
+    # porter headers this template compiles against: a snapshot carries its own; None: the
+    # project's include folder
+    include_dir: Path | None = field(default=None, compare=False)
 
     # ---- parameters and configurations -------------------------------------------------
     @property
@@ -194,8 +196,10 @@ def _exprs(value, what: str, n: int | None = None) -> tuple[Expr, ...]:
     return tuple(out)
 
 
-def load_template(folder: str | Path) -> Template:
-    """Parses one template folder; every problem becomes a TemplateError naming what to fix."""
+def load_template(folder: str | Path, include_dir: Path | None = None,
+                  source_hash: str | None = None) -> Template:
+    """Parses one template folder; every problem becomes a TemplateError naming what to fix.
+    source_hash: the folder's snapshot hash (porter.spec.snapshot), computed when not given."""
     folder = Path(folder)
     space_path = folder / "space.toml"
     if not space_path.is_file():
@@ -288,7 +292,8 @@ def load_template(folder: str | Path) -> Template:
         metrics=metrics, tensor_maps=tuple(tmaps),
         rtol=verify.get("rtol"), allow_spills=bool(resources.get("allow_spills", False)),
         seeds=tuple(dict(x) for x in seeds),
-        source_hash=hashlib.sha256((source + repr(raw)).encode()).hexdigest()[:16],
+        source_hash=source_hash or _snapshot_hash(folder),
+        include_dir=include_dir,
     )
     defaults = tuple(tpl.parse_size(s) for s in sizes.get("default", []))
     if not defaults:
@@ -296,6 +301,11 @@ def load_template(folder: str | Path) -> Template:
     object.__setattr__(tpl, "default_sizes", defaults)
     _check_names(tpl)
     return tpl
+
+
+def _snapshot_hash(folder: Path) -> str:
+    from porter.spec.snapshot import bundle
+    return bundle(folder).hash
 
 
 def _check_names(tpl: Template) -> None:

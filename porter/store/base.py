@@ -40,10 +40,17 @@ class Store(ABC):
 
     @abstractmethod
     def create_job(self, spec: JobSpec, template_name: str, template_hash: str,
-                   template_source: str, space_text: str, status: str = "queued") -> int: ...
+                   template_source: str, space_text: str, status: str = "queued",
+                   study_name: str | None = None, snapshot: bytes | None = None) -> int:
+        """snapshot: porter.spec.snapshot.bundle(folder).blob, stored once per template_hash."""
 
     @abstractmethod
     def get_job(self, job_id: int) -> JobInfo: ...
+
+    @abstractmethod
+    def template_snapshot(self, template_hash: str) -> bytes:
+        """The snapshot blob of the template a job owns (porter.spec.snapshot.unpack reads it);
+        StoreError if no template has that hash."""
 
     @abstractmethod
     def list_jobs(self, limit: int = 100) -> list[JobInfo]: ...
@@ -66,6 +73,29 @@ class Store(ABC):
 
     @abstractmethod
     def best_trials(self, job_id: int, n: int = 10) -> list[TrialRecord]: ...
+
+    def cancel_requested(self, job_id: int) -> bool:
+        """Whether someone asked the job to stop (stores without cancellation: never)."""
+        return False
+
+    def heartbeat(self, job_id: int) -> bool:
+        """Stamps the job as alive now (stores may do nothing); returns cancel_requested."""
+        return self.cancel_requested(job_id)
+
+    def start_run(self, job_id: int) -> float:
+        """Sets the job running and returns when its current run started (unix seconds), the
+        origin of its deadline: now if it was not running, else the start that the party which
+        set it running stamped (drivers joining a running job share its clock)."""
+        import time
+        info = self.get_job(job_id)
+        if info.status == "running" and info.started_at:
+            return info.started_at
+        now = time.time()
+        self.set_job_status(job_id, "running")
+        return now
+
+    def close(self) -> None:
+        """Releases the store's connections (the store stays usable: they reopen on use)."""
 
     def optuna_storage(self):
         """An Optuna storage in the same database (Optuna's own tables)."""

@@ -804,13 +804,7 @@ gemm_wgmma(const bf16_t* __restrict__ A, const bf16_t* __restrict__ B, bf16_t* _
       const int col0 = cs + (lane % 4) * 2;
 #if SPLITK > 1 || STREAMK
       const int parts = Sched::parts(w, ntiles, kt_n);
-#ifdef DEV_NOFIX
-      // development only (benchmarks/dev_wgmma.py): every part stores its own partial sums as
-      // if it were the whole tile (wrong results), to time the split without its fix-up
-      if (false) {
-#else
       if (parts > 1) {
-#endif
         // ---------------------------------------------------------- a tile in parts
         // Count in first: the part that counts last keeps its accumulators and adds the
         // others' partial tiles once they are stored; the others store and leave.
@@ -830,7 +824,6 @@ gemm_wgmma(const bf16_t* __restrict__ A, const bf16_t* __restrict__ B, bf16_t* _
         uint32_t last;
         asm volatile("ld.shared.u32 %0, [%1];" : "=r"(last) : "r"(flag) : "memory");
         if (!last) {
-#ifndef DEV_NOSTORE   // development only: time the fix-up without the partial tile's stores
           float4* dst = slots + (size_t)(Sched::slot(w, Sched::me(w, kt_n), ntiles, kt_n) * CLUSTER + crank) * (BM * BN / 4) +
                         lane_off;
 #pragma unroll
@@ -840,7 +833,6 @@ gemm_wgmma(const bf16_t* __restrict__ A, const bf16_t* __restrict__ B, bf16_t* _
               __stcg(dst + (size_t)(mt * (BN / 8) + j) * 128,
                      make_float4(acc[mt][4 * j], acc[mt][4 * j + 1], acc[mt][4 * j + 2],
                                  acc[mt][4 * j + 3]));
-#endif
           __threadfence();
           consumers_sync();   // also: nobody reads `flag` any more
           if (threadIdx.x == 128) atomicAdd(counter, 0x10000u);   // "stored"
@@ -857,11 +849,7 @@ gemm_wgmma(const bf16_t* __restrict__ A, const bf16_t* __restrict__ B, bf16_t* _
         consumers_sync();
         const int me = Sched::me(w, kt_n);
         const int first = Sched::first(w, ntiles, kt_n);
-#ifdef DEV_NOREAD   // development only: time the fix-up without reading the other parts
-        for (int q = first; q < first; ++q) {
-#else
         for (int q = first; q < first + parts; ++q) {
-#endif
           if (q == me) continue;
           float4* src = slots + (size_t)(Sched::slot(w, q, ntiles, kt_n) * CLUSTER + crank) * (BM * BN / 4) +
                         lane_off;
