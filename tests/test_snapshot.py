@@ -131,3 +131,23 @@ def test_databases_from_before_snapshots_upgrade(tmp_path):
     store = open_store(url)
     tpl = snapshot.job_template(store, 1)
     assert tpl.name == "rmsnorm" and tpl.source == src
+
+
+def test_grids_follow_the_target_multiprocessor_count():
+    """No device constant in a template: gemm_wgmma's persistent and stream-K grids use
+    arch_sms, the table's (132 for sm_90a) or a product's (an H100 PCIe has 114)."""
+    import re
+    from porter.job.jobs import make_spec
+    from porter.spec.arch import resolve_arch
+    assert not re.search(r"\b132\b", "".join(
+        p.read_text() for p in BUILTIN_DIR.rglob("*") if p.suffix in (".toml", ".cu")))
+    spec, tpl, arch = make_spec("gemm_wgmma", "sm_90a", ["4096x4096x4096"],
+                                backend="compile-only", sms=114)
+    assert arch.sms == 114 and spec.sms == 114
+    base = {k: v[0] for k, v in tpl.params.items()}
+    for extra, per in (({"STREAMK": 2}, lambda n, c: c * (n // c)),
+                       ({"PERSIST": 1}, lambda n, c: c * min(n // c, 32 * 16))):
+        cfg = {**base, **extra}
+        for sms in (114, 132):
+            grid = tpl.launch(cfg, resolve_arch("sm_90a", sms), (4096, 4096, 4096)).grid
+            assert grid[0] == per(sms, cfg["CLUSTER"]), (extra, sms, grid)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from porter.spec.arch import Arch, arch_for_cc, get_arch
+from porter.spec.arch import Arch, arch_for_cc, get_arch, resolve_arch
 from porter.measure.backends.base import Backend, CompileOnlyBackend
 from porter.errors import SpecError
 from porter.records import BACKENDS, SAMPLERS, JobSpec
@@ -16,10 +16,13 @@ from porter.spec.template import Template, find_template
 def make_spec(template: str, arch: str, sizes: list[str] | None = None, trials: int | None = None,
               minutes: float | None = None, sampler: str = "auto", seed: int = 0,
               backend: str = "gpu", replay: str | None = None, from_arch: str | None = None,
-              from_job: int | None = None, templates_dir: list[Path] | None = None
-              ) -> tuple[JobSpec, Template, Arch]:
+              from_job: int | None = None, templates_dir: list[Path] | None = None,
+              sms: int | None = None) -> tuple[JobSpec, Template, Arch]:
+    """sms: multiprocessors of the target product, where it is not the table's (arch_sms)."""
     tpl = find_template(template, templates_dir)
-    a = get_arch(arch)
+    if sms is not None and not 1 <= sms <= 1024:
+        raise SpecError(f"--sms {sms}: a GPU has between 1 and 1024 multiprocessors")
+    a = resolve_arch(arch, sms)
     tpl.check_arch(a)
     if from_arch:
         get_arch(from_arch)
@@ -41,7 +44,7 @@ def make_spec(template: str, arch: str, sizes: list[str] | None = None, trials: 
     spec = JobSpec(template=name, arch=a.name, sizes=parsed, trials=trials, minutes=minutes,
                    sampler=sampler, seed=seed, backend="replay" if replay else backend,
                    replay=str(Path(replay).resolve()) if replay else None,
-                   from_arch=from_arch, from_job=from_job)
+                   from_arch=from_arch, from_job=from_job, sms=sms)
     return spec, tpl, a
 
 
@@ -52,15 +55,22 @@ def make_backend(spec: JobSpec, arch: Arch, hold: bool = False) -> tuple[Backend
         return ReplayBackend(spec.replay, hold=hold), ""
     if spec.backend == "compile-only":
         return CompileOnlyBackend(), "compile-only run: variants are compiled, not measured"
-    from porter.measure.backends.gpu import GpuBackend, gpu_available, local_cc
+    from porter.measure.backends.gpu import GpuBackend, gpu_available, local_device
     if not gpu_available():
         return CompileOnlyBackend(), (f"no GPU here: compile-only run for {arch.name} "
                                       "(every trial says so)")
-    cc = local_cc()
-    if cc is not None and arch_for_cc(*cc).cc != arch.cc:
+    dev = local_device()
+    if dev is not None and arch_for_cc(*dev[0]).cc != arch.cc:
+        cc = dev[0]
         return CompileOnlyBackend(), (f"the GPU here is sm_{cc[0]}{cc[1]}, not {arch.name}: "
                                       "compile-only run")
-    return GpuBackend(seed=spec.seed), ""
+    return GpuBackend(seed=spec.seed, sms=dev[1] if dev else 0), ""
+
+
+def measuring_arch(arch: Arch, backend: Backend) -> Arch:
+    """The architecture row a job's expressions see: with the measuring device's own
+    multiprocessor count where there is one (arch_sms), else the job's."""
+    return arch.with_sms(backend.sms)
 
 
 def template_record(tpl: Template) -> tuple[str, str]:

@@ -22,6 +22,9 @@ class Outcome:
 class Backend(ABC):
     name: str = ""
     needs_compile: bool = True
+    # multiprocessors of the device this backend measures on (0: none, use the arch table's);
+    # the job loop evaluates arch_sms with it: Arch.with_sms(backend.sms)
+    sms: int = 0
 
     @abstractmethod
     def measure(self, template: Template, arch: Arch, config: dict,

@@ -31,18 +31,24 @@ def gpu_available() -> bool:
 
 
 def local_cc() -> tuple[int, int] | None:
+    d = local_device()
+    return None if d is None else d[0]
+
+
+def local_device() -> tuple[tuple[int, int], int] | None:
+    """(compute capability, multiprocessor count) of device 0, probed in a child."""
     ctx = mp.get_context("spawn")
     with ctx.Pool(1) as pool:
         try:
-            return pool.apply_async(_probe_cc).get(timeout=120)
+            return pool.apply_async(_probe_device).get(timeout=120)
         except Exception:
             return None
 
 
-def _probe_cc():
+def _probe_device():
     import cupy as cp
     p = cp.cuda.runtime.getDeviceProperties(0)
-    return (p["major"], p["minor"])
+    return (p["major"], p["minor"]), int(p["multiProcessorCount"])
 
 
 def _probe() -> bool:
@@ -57,8 +63,9 @@ class GpuBackend(Backend):
     name = "gpu"
 
     def __init__(self, timeout_s: float = 30.0, seed: int = 0, min_repeats: int = 10,
-                 max_repeats: int = 300, target_ms: float = 80.0):
+                 max_repeats: int = 300, target_ms: float = 80.0, sms: int = 0):
         self.timeout_s = timeout_s
+        self.sms = sms
         self.opts = dict(seed=seed, min_repeats=min_repeats, max_repeats=max_repeats,
                          target_ms=target_ms)
         self._ctx = mp.get_context("spawn")
