@@ -120,7 +120,7 @@ def retime(args, bw):
     table, records = [], []
     for db in args.retime.split(","):
         store = open_store(f"sqlite:///{db}")
-        for info in sorted(store.list_jobs(1000), key=lambda j: j.id):
+        for info in sorted(store.list_jobs(None), key=lambda j: j.id):
             if args.only and info.template_name not in args.only.split(","):
                 continue
             tpl, arch = find_template(info.template_name), get_arch(info.spec.arch)

@@ -473,7 +473,7 @@ class Bench:
                                         "status": "running"}
         self.save()
         store = open_store(self.db_url)
-        before = {j.id for j in store.list_jobs(1000)}
+        before = {j.id for j in store.list_jobs(None)}
         argv = self.porter("port", *self.job_args(), "--db", self.db_url)
         env = self.env(PORTER_CACHE_DIR=cache)
         env.pop("PORTER_REPLAY_HOLD", None)
@@ -491,7 +491,7 @@ class Bench:
                 self.procs.stop([(n, q) for n, q in self.procs.running if q is p], grace_s=5)
                 ph["returncode"] = p.returncode
             ph["wall_s"] = round(time.time() - t, 2)
-            new = sorted({j.id for j in store.list_jobs(1000)} - before)
+            new = sorted({j.id for j in store.list_jobs(None)} - before)
             if not new:
                 ph["status"] = "failed"
                 ph["error"] = "porter port recorded no job: " + \

@@ -132,10 +132,12 @@ class SqlStore(ReadMixin, ServiceMixin, Store):
             stats = queries.job_stats(conn, [job_id])
         return _job_info(row, stats.get(job_id))
 
-    def list_jobs(self, limit: int = 100, status: str | None = None,
+    def list_jobs(self, limit: int | None = 100, status: str | None = None,
                   template: str | None = None, arch: str | None = None) -> list[JobInfo]:
         """The newest jobs first, optionally only those with a status, template or arch."""
-        q = select(Job.__table__).order_by(Job.id.desc()).limit(limit)
+        q = select(Job.__table__).order_by(Job.id.desc())
+        if limit is not None:
+            q = q.limit(limit)
         if status is not None:
             q = q.where(Job.status == status)
         if template is not None:

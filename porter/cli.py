@@ -58,8 +58,11 @@ def port(template: str = typer.Argument(..., help="template name or folder"),
          db: Optional[str] = DbOpt, templates_dir: Optional[list[Path]] = TplDirOpt):
     """Run a porting job here and now, with a live progress bar."""
     from porter.job.run import port_here
-    port_here(template, arch, sizes, trials, minutes, sampler, seed, backend, replay,
-              from_arch, from_job, resume, workers, db, templates_dir, console)
+    _, summary = port_here(template, arch, sizes, trials, minutes, sampler, seed, backend,
+                           replay, from_arch, from_job, resume, workers, db, templates_dir,
+                           console)
+    if summary.status == "failed":
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -101,9 +104,8 @@ def best(template: str, arch: str = typer.Option(..., "--arch"), db: Optional[st
     from porter.job.run import print_best
     store = _store(db)
     rows = []
-    for j in store.list_jobs(1000):
-        if j.template_name == template and j.spec.arch == arch:
-            rows += store.best_trials(j.id, top)
+    for j in store.list_jobs(None, template=template, arch=arch):
+        rows += store.best_trials(j.id, top)
     rows.sort(key=lambda t: t.objective)
     print_best(console, rows[:top])
 
@@ -221,7 +223,9 @@ def dashboard(db: Optional[str] = DbOpt, port: int = typer.Option(8501, "--port"
 
 def main():
     try:
-        app(standalone_mode=False)
+        rc = app(standalone_mode=False)
+        if isinstance(rc, int) and rc:   # typer returns Exit's code (130 after Ctrl-C)
+            raise SystemExit(rc)
     except PorterError as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2)

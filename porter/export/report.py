@@ -60,9 +60,8 @@ def _source_trials(store: Store, template: str, from_arch: str | None,
     if from_job is not None:
         trials += store.best_trials(from_job, 1)
     if from_arch:
-        for j in store.list_jobs(1000):
-            if j.template_name == template and j.spec.arch == from_arch:
-                trials += store.best_trials(j.id, 1)
+        for j in store.list_jobs(None, template=template, arch=from_arch):
+            trials += store.best_trials(j.id, 1)
     return sorted((t for t in trials if t.objective), key=lambda t: t.objective)
 
 

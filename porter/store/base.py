@@ -53,7 +53,10 @@ class Store(ABC):
         StoreError if no template has that hash."""
 
     @abstractmethod
-    def list_jobs(self, limit: int = 100) -> list[JobInfo]: ...
+    def list_jobs(self, limit: int | None = 100, status: str | None = None,
+                  template: str | None = None, arch: str | None = None) -> list[JobInfo]:
+        """The newest jobs first, filtered by the store (not by the caller): only those with
+        this status, template name and/or architecture; limit None: all that match."""
 
     @abstractmethod
     def set_job_status(self, job_id: int, status: str, message: str = "") -> None: ...
