@@ -116,6 +116,22 @@ def parse_resources(log: str, kernel: str) -> Resources:
     return Resources(**vals)
 
 
+def binary_resources(cubin: bytes, log: str, kernel: str) -> Resources:
+    """Registers, static shared memory and stack frame from the cubin itself (the same on every
+    NVRTC build); spill counts from ptxas' report where the log has one, else the stack frame
+    (the local memory the function uses, spills included) stands in for them."""
+    from porter.build.cubin import read_resources
+    logged = parse_resources(log, kernel)
+    elf = read_resources(cubin, kernel)
+    if elf is None:
+        return logged
+    reported = logged.registers > 0          # the log carried ptxas' resource lines
+    return Resources(registers=elf.registers, smem_static=elf.smem_static,
+                     spill_stores=logged.spill_stores if reported else elf.stack_frame,
+                     spill_loads=logged.spill_loads if reported else elf.stack_frame,
+                     stack_frame=elf.stack_frame, cmem=elf.cmem or logged.cmem)
+
+
 def _nvrtc_compile(source: str, name: str, options: list[str]) -> tuple[bool, str, bytes]:
     from cuda.bindings import nvrtc
     err, prog = nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], [])
@@ -159,7 +175,7 @@ def compile_variant(template: Template, config, arch: Arch, use_cache: bool = Tr
     ok, log, cubin = _nvrtc_compile(template.source, f"{template.name}.cu",
                                     options_for(template, config, arch))
     seconds = time.perf_counter() - t0
-    res = parse_resources(log, template.kernel) if ok else Resources()
+    res = binary_resources(cubin, log, template.kernel) if ok else Resources()
     result = CompileResult(ok=ok, key=key, log=log, seconds=seconds, resources=res,
                            cubin_path=str(cubin_path) if ok else None)
     if ok:
