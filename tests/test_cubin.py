@@ -65,6 +65,6 @@ def test_silent_log_still_gives_resources():
     reported = binary_resources(cubin, log, "spilly")
     silent = binary_resources(cubin, "", "spilly")
     assert silent.registers == reported.registers > 0
-    assert reported.spill_stores > 0 and silent.spill_stores >= reported.spill_stores
+    assert reported.spill_stores > 0 and silent.spill_stores == silent.stack_frame > 0
     clean = binary_resources(cubin, "", "plain")
     assert clean.registers > 0 and clean.spill_stores == 0 and clean.smem_static == 800
