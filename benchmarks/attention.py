@@ -295,6 +295,38 @@ def time_interleaved(fns: dict, reps: int) -> dict:
             for name, idx in times.items()}
 
 
+def op_check(sms: int) -> None:
+    """porter's `attention` op harness (porter/measure/ops/attention.py) driving the kernel:
+    its inputs, arguments, rank-3 tensor maps, poisoned outputs, sampled reference, baselines."""
+    import cupy as cp
+    from porter.measure.ops import get_op
+    op = get_op("attention")
+    for size in [(2, 4, 4, 1000, 128, 2), (1, 4, 2, 777, 128, 1), (2, 16, 16, 4096, 64, 2),
+                 (1, 16, 4, 8192, 128, 1)]:
+        B, H, HKV, S, D, mask = size
+        defs = VARIANTS["c3_bn128_persist_epi" if D == 64 else "intra_bn128_persist_epi"]
+        st = op.setup(size, seed=5)
+        op.poison(st)
+        fn = build(defs, D)[1]
+        bm = 64 * defs["CONSUMERS"]
+        nmb = -(-S // bm)
+        grid = min(B * H * ((nmb + 1) // 2), sms) if defs["PERSIST"] else nmb * B * H
+        maps = [op.tensor_map(st, "Q", (64, bm)), op.tensor_map(st, "K", (64, defs["BN"])),
+                op.tensor_map(st, "V", (64, defs["BN"])),
+                op.tensor_map(st, "O", (64, 64) if defs["EPI"] else (0, 0))]
+        launch(fn, (grid,), (128 * (defs["CONSUMERS"] + 1),), smem_bytes(defs, D),
+               args=op.args(st, 0) + maps)
+        cp.cuda.runtime.deviceSynchronize()
+        err = op.error(st)
+        names = []
+        for name, f in op.baselines(st).items():
+            f()
+            names.append(name)
+        cp.cuda.runtime.deviceSynchronize()
+        print(f"op check {size}: error {err:.2e} {'ok' if err < op.rtol else 'WRONG'}; "
+              f"baselines {names}", flush=True)
+
+
 def main():
     import torch
     ap = argparse.ArgumentParser()
@@ -303,6 +335,8 @@ def main():
     ap.add_argument("--shapes", default="", help="indices into ANCHORS, comma-separated")
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--check-only", action="store_true")
+    ap.add_argument("--op-check", action="store_true", help="drive the kernel through porter's "
+                    "attention op harness instead (small; needs CuPy)")
     ap.add_argument("--no-ragged", action="store_true", help="skip the ragged-shape checks")
     ap.add_argument("--sample", type=int, default=0,
                     help="also check this many random configurations of the space (ragged shapes)")
@@ -322,6 +356,9 @@ def main():
     except Exception:   # noqa: BLE001
         driver = "unknown"
     print(f"{props.name}, {sms} SMs, torch {torch.__version__}", flush=True)
+    if args.op_check:
+        op_check(sms)
+        return
 
     # ---- verification on ragged shapes, every variant that fits
     bad = set()
