@@ -1,35 +1,50 @@
 """Exporting tuned kernels: `porter export JOB --format FMT -o DIR`.
 
-Formats: cu (standalone source, constants baked in, launch geometry, host launcher), cubin, ptx,
-fatbin (one cubin per architecture of the template's jobs, in a directory with an index), python
-(a module that loads the cubins with CuPy and dispatches by problem size, falling back to the
-nearest tuned size), header (per-architecture, per-size configurations), json (the tuning
-table), kt-cache (a Kernel Tuner cache file). Every export writes manifest.json beside it.
+Formats: cu (one translation unit per tuned size that compiles alone with NVRTC or nvcc, with a
+host launcher for TMA and cluster kernels too, and with -DPORTER_MAIN a small checking and timing
+program: fmt_cu), cubin, ptx, fatbin (one cubin per architecture of the template's jobs),
+python (a module that launches the cubins through cuda-bindings and picks, for a size that was
+not tuned, the nearest tuned configuration that is legal there: fmt_python), torch (a package
+registering a torch.library custom op: fmt_torch), header (per-architecture, per-size
+configurations), json (the tuning table), kt-cache (a Kernel Tuner cache file). Every export
+writes manifest.json beside it: the job, its template snapshot, the architecture, the GPU and
+the figures behind each entry. Exports read the job's own template snapshot, never the folder
+on disk (`_job_template`).
 """
 from __future__ import annotations
 
 import datetime
 import json
 import math
-import re
+import shutil
 from pathlib import Path
 
 import porter.export.formats as fmt_
-from porter.spec.arch import get_arch
 from porter.build.compile import compile_ptx, compile_variant, nvrtc_version
 from porter.errors import PorterError
+from porter.export.fmt_cu import standalone_source
+from porter.export.fmt_python import python_module
+from porter.export.fmt_torch import torch_package
 from porter.records import TrialRecord
-from porter.store.base import Store
-from porter.spec.snapshot import job_template
-from porter.spec.template import INCLUDE_DIR, Template
+from porter.spec.arch import Arch, get_arch, resolve_arch
+from porter.spec.template import Template
+from porter.store.base import JobInfo, Store
 
-FORMATS = ("cu", "cubin", "ptx", "fatbin", "python", "header", "json", "kt-cache")
+FORMATS = ("cu", "cubin", "ptx", "fatbin", "python", "torch", "header", "json", "kt-cache")
 
 
-def tuning_table(store: Store, job_id: int) -> tuple[Template, str, list[dict]]:
-    """Per problem size, the best trial of the job: [{size, params, measurement, trial}]."""
+def _job_template(store: Store, info: JobInfo) -> Template:
+    """The template the job ran: its own content-addressed snapshot (the one place exports
+    look a template up)."""
+    from porter.spec.snapshot import job_template
+    return job_template(store, info)
+
+
+def _table(store: Store, job_id: int) -> tuple[JobInfo, Template, Arch, list[dict]]:
+    """The job, its template, its architecture (with the measured GPU's multiprocessor count)
+    and per problem size the best trial: [{size, params, trial, figures..., device}]."""
     info = store.get_job(job_id)
-    tpl = job_template(store, info)       # the job's own snapshot, never the folder on disk
+    tpl = _job_template(store, info)
     trials = store.trials(job_id)
     measured = [t for t in trials if t.status == "measured"]
     rows = []
@@ -56,17 +71,24 @@ def tuning_table(store: Store, job_id: int) -> tuple[Template, str, list[dict]]:
         rows = [{"size": list(s), "params": first.params, "trial": first.number,
                  "note": "compile-only job: not measured; the first compiled configuration"}
                 for s in info.spec.sizes]
-    return tpl, info.spec.arch, rows
+    sms = next((int(r["device"].get("sms") or 0) for r in rows if r.get("device")), 0)
+    return info, tpl, resolve_arch(info.spec.arch, info.spec.sms).with_sms(sms), rows
 
 
-def _launch(tpl: Template, arch: str, params: dict, size) -> dict | None:
+def tuning_table(store: Store, job_id: int) -> tuple[Template, str, list[dict]]:
+    """Per problem size, the best trial of the job: (template, arch name, rows)."""
+    _, tpl, a, rows = _table(store, job_id)
+    return tpl, a.name, rows
+
+
+def _launch(tpl: Template, a: Arch, params: dict, size) -> dict | None:
     """How to launch one tuned kernel at its size: geometry, workspace (the first
     workspace_clean_bytes zeroed before the first launch; the kernel leaves them so) and the TMA
     tensor maps it takes after its plain arguments, in order (a zero box: the configuration does
     not use that map; pass 128 zero bytes). None where the stored configuration no longer fits
     the template."""
     try:
-        a, size = get_arch(arch), tuple(size)
+        size = tuple(size)
         env = tpl.env(params, a, size)
         L = tpl.launch(params, a, size, env=env)
         d = {"grid": list(L.grid), "block": list(L.block), "smem_bytes": L.smem,
@@ -80,13 +102,14 @@ def _launch(tpl: Template, arch: str, params: dict, size) -> dict | None:
         return None
 
 
-def _manifest(tpl: Template, arch: str, job_id: int, fmt: str, rows: list[dict]) -> dict:
+def _manifest(info: JobInfo, tpl: Template, a: Arch, fmt: str, rows: list[dict]) -> dict:
     dev = next((r.get("device") for r in rows if r.get("device")), {}) or {}
     measured = any("ours_ms" in r for r in rows)
     return {"template": tpl.name, "template_version": tpl.version,
-            "template_hash": tpl.source_hash, "arch": arch, "job": job_id, "format": fmt,
-            "gpu": dev.get("gpu", "not measured"), "driver": dev.get("driver", ""),
-            "nvrtc": nvrtc_version(),
+            "template_hash": tpl.source_hash, "template_snapshot": info.template_hash,
+            "arch": a.name, "sms": a.sms, "job": info.id, "job_status": info.status,
+            "format": fmt, "gpu": dev.get("gpu", "not measured"),
+            "driver": dev.get("driver", ""), "nvrtc": nvrtc_version(),
             "toolchain": {"nvrtc": nvrtc_version(), "measured_with_nvrtc": dev.get("nvrtc"),
                           "cuda_driver": dev.get("cuda_driver")},
             "selection": "per size, the measured trial with the lowest median time (highest "
@@ -95,7 +118,7 @@ def _manifest(tpl: Template, arch: str, job_id: int, fmt: str, rows: list[dict])
                          "compiled configuration",
             "date": datetime.datetime.now().isoformat(timespec="seconds"),
             "measurements": [{**{k: v for k, v in r.items() if k != "device"},
-                              "launch": _launch(tpl, arch, r["params"], r["size"])}
+                              "launch": _launch(tpl, a, r["params"], r["size"])}
                              for r in rows]}
 
 
@@ -103,88 +126,10 @@ def _variant_name(tpl: Template, params: dict) -> str:
     return f"{tpl.name}_" + "_".join(f"{k}{v}" for k, v in params.items())
 
 
-def standalone_source(tpl: Template, arch: str, params: dict, size=None) -> str:
-    """The template with its constants as #defines and porter.cuh inlined; host launcher under
-    #ifndef PORTER_NO_HOST."""
-    a = get_arch(arch)
-    src = tpl.source
-    for m in re.finditer(r'^\s*#\s*include\s*"([^"]+)"', tpl.source, re.M):
-        header = ((tpl.include_dir or INCLUDE_DIR) / m.group(1)).read_text().replace(
-            "#pragma once", "")
-        src = src.replace(m.group(0), f"// ---- {m.group(1)} (inlined) ----\n{header}")
-    defines = "\n".join(f"#define {k} {int(v) if isinstance(v, bool) else v}"
-                        for k, v in params.items())
-    launch = tpl.launch(params, a, tuple(size)) if size else None
-    geometry = ""
-    if launch:
-        geometry = (f"// tuned for {'x'.join(map(str, size))}: grid {launch.grid}, block "
-                    f"{launch.block}, {launch.smem} bytes of dynamic shared memory\n"
-                    + "".join(f"#define PORTER_TUNED_{k} {v}\n" for k, v in (
-                        *zip(("GRID_X", "GRID_Y", "GRID_Z"), launch.grid),
-                        *zip(("BLOCK_X", "BLOCK_Y", "BLOCK_Z"), launch.block),
-                        ("SMEM_BYTES", launch.smem))))
-    limits = a.limits()
-
-    def c_text(e) -> str:  # the architecture's limits are constants in this file
-        return re.sub(r"\barch_\w+\b", lambda m: str(limits.get(m.group(0), m.group(0))),
-                      e.text)
-    exprs = {"grid": [c_text(e) for e in tpl.grid], "block": [c_text(e) for e in tpl.block],
-             "smem": c_text(tpl.smem)}
-    host = _host_launcher(tpl, exprs, params)
-    return (f"// {tpl.name} v{tpl.version} tuned by Kernel Porter for {arch}\n{geometry}"
-            f"#define PORTER_ARCH {a.cc[0] * 10 + a.cc[1]}\n{defines}\n\n{src}\n{host}")
-
-
-def _c_expr(text: str) -> str:
-    """A space-file expression as C: its functions become porter_* inline functions (no macros
-    leak into the user's code); conditional expressions are refused by the caller."""
-    t = text.replace("//", "/")
-    return re.sub(r"\b(min|max|ceil_div|round_up)\(", r"porter_\1(", t)
-
-
-_HOST_ARGS = {
-    "gemm": ("const bf16_t* A, const bf16_t* B, bf16_t* C, int M, int N, int K, void* workspace",
-             "(void*)&A, (void*)&B, (void*)&C, (void*)&M, (void*)&N, (void*)&K, (void*)&workspace"),
-    "rmsnorm": ("const bf16_t* x, const bf16_t* w, bf16_t* y, int rows, int cols, float eps",
-                "(void*)&x, (void*)&w, (void*)&y, (void*)&rows, (void*)&cols, (void*)&eps"),
-}
-
-
-def _host_launcher(tpl: Template, exprs: dict, params: dict) -> str:
-    if tpl.op not in _HOST_ARGS or tpl.tensor_maps or " if " in " ".join(
-            exprs["grid"] + exprs["block"] + [exprs["smem"]]):
-        return ("#ifndef PORTER_NO_HOST\n// host launcher: this template's launch needs tensor "
-                "maps or conditional geometry; see manifest.json for grid/block/smem\n#endif\n")
-    sig, ptrs = _HOST_ARGS[tpl.op]
-    dims = ", ".join(tpl.size_names)
-    g = ", ".join(f"(unsigned)({_c_expr(e)})" for e in exprs["grid"])
-    b = ", ".join(f"(unsigned)({_c_expr(e)})" for e in exprs["block"])
-    return f"""#ifndef PORTER_NO_HOST
-#include <cuda_runtime.h>
-static inline long long porter_min(long long a, long long b) {{ return a < b ? a : b; }}
-static inline long long porter_max(long long a, long long b) {{ return a > b ? a : b; }}
-static inline long long porter_ceil_div(long long a, long long b) {{ return (a + b - 1) / b; }}
-static inline long long porter_round_up(long long a, long long b) {{
-  return porter_ceil_div(a, b) * b;
-}}
-// Launches the tuned kernel; sizes ({dims}) are the problem's, geometry follows the space file.
-extern "C" cudaError_t launch_{tpl.kernel}({sig}, cudaStream_t stream) {{
-  dim3 grid({g});
-  dim3 block({b});
-  size_t smem = (size_t)({_c_expr(exprs["smem"])});
-  if (smem > 48 * 1024)
-    cudaFuncSetAttribute({tpl.kernel}, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-  void* args[] = {{{ptrs}}};
-  return cudaLaunchKernel((const void*){tpl.kernel}, grid, block, args, smem, stream);
-}}
-#endif
-"""
-
-
-def _cubin(tpl: Template, arch: str, params: dict) -> bytes:
-    res = compile_variant(tpl, params, get_arch(arch))
+def _cubin(tpl: Template, arch: str | Arch, params: dict) -> bytes:
+    res = compile_variant(tpl, params, arch if isinstance(arch, Arch) else get_arch(arch))
     if not res.ok:
-        raise PorterError(f"the tuned configuration no longer compiles: {res.log[:200]}")
+        raise PorterError(f"the tuned configuration no longer compiles: {_first_line(res.log)}")
     return Path(res.cubin_path).read_bytes()
 
 
@@ -194,7 +139,8 @@ def export(store: Store, job_id: int, fmt: str, out_dir: str | Path) -> list[Pat
     format or job, or a job with no measured or compiled trial."""
     if fmt not in FORMATS:
         raise PorterError(f"unknown export format {fmt!r}; choose from {', '.join(FORMATS)}")
-    tpl, arch, rows = tuning_table(store, job_id)
+    info, tpl, a, rows = _table(store, job_id)
+    arch = a.name
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
@@ -202,6 +148,7 @@ def export(store: Store, job_id: int, fmt: str, out_dir: str | Path) -> list[Pat
 
     def write(name: str, data: str | bytes) -> None:
         p = out / name
+        p.parent.mkdir(parents=True, exist_ok=True)
         p.write_bytes(data) if isinstance(data, bytes) else p.write_text(data)
         written.append(p)
 
@@ -209,25 +156,34 @@ def export(store: Store, job_id: int, fmt: str, out_dir: str | Path) -> list[Pat
     if fmt == "cu":
         for r in rows:
             write(f"{tpl.name}_{arch}_{_size(r['size'])}.cu",
-                  standalone_source(tpl, arch, r["params"], r["size"]))
-    elif fmt in ("cubin", "python"):
+                  standalone_source(tpl, a, r["params"], r["size"]))
+    elif fmt in ("cubin", "python", "torch"):
+        if fmt == "torch":
+            init = torch_package(tpl, arch)         # refuses other ops before writing
+            pkg = f"{tpl.name}_torch"
+            if (out / pkg).is_dir():
+                shutil.rmtree(out / pkg)
+        prefix = f"{pkg}/" if fmt == "torch" else ""
         files = {}
         for key, params in distinct.items():
             files[key] = f"{_variant_name(tpl, params)}.{arch}.cubin"
-            write(files[key], _cubin(tpl, arch, params))
+            write(prefix + files[key], _cubin(tpl, a, params))
         if fmt == "python":
-            write(f"{tpl.name}_tuned.py", fmt_.python_module(tpl, arch, rows, files))
+            write(f"{tpl.name}_tuned.py", python_module(tpl, a, rows, files))
+        elif fmt == "torch":
+            write(f"{pkg}/_kernel.py", python_module(tpl, a, rows, files))
+            write(f"{pkg}/__init__.py", init)
     elif fmt == "fatbin":
         extra = _fatbins(store, tpl, arch, rows, write)
     elif fmt == "ptx":
         for params in distinct.values():
-            ok, log, ptx = compile_ptx(tpl, params, get_arch(arch))
+            ok, log, ptx = compile_ptx(tpl, params, a)
             if not ok:
                 raise PorterError(f"the tuned configuration no longer compiles: "
                                   f"{_first_line(log)}")
             write(f"{_variant_name(tpl, params)}.{arch}.ptx", ptx)
     elif fmt == "header":
-        by_arch = {a: _arch_rows(store, tpl.name, a) for a in _archs(store, tpl.name)}
+        by_arch = {x: _arch_rows(store, tpl.name, x) for x in _archs(store, tpl.name)}
         by_arch[arch] = rows
         write(f"{tpl.name}_tuned.h", fmt_.header(tpl, by_arch))
         extra = {"archs": sorted(by_arch)}
@@ -240,7 +196,7 @@ def export(store: Store, job_id: int, fmt: str, out_dir: str | Path) -> list[Pat
             write(f"{tpl.name}_{arch}_{_size(r['size'])}_kt_cache.json",
                   json.dumps(fmt_.kt_cache(tpl, tuple(r["size"]), trials), indent=1))
     m = out / "manifest.json"
-    m.write_text(json.dumps(dict(_manifest(tpl, arch, job_id, fmt, rows), **extra), indent=1))
+    m.write_text(json.dumps(dict(_manifest(info, tpl, a, fmt, rows), **extra), indent=1))
     return written + [m]
 
 
@@ -253,15 +209,13 @@ def _first_line(log: str) -> str:
 
 
 def _archs(store: Store, template: str) -> list[str]:
-    return sorted({j.spec.arch for j in store.list_jobs(1000) if j.template_name == template})
+    return sorted({j.spec.arch for j in store.list_jobs(None, template=template)})
 
 
 def _arch_rows(store: Store, template: str, arch: str) -> list[dict]:
     """Per size, the best row over every job of (template, arch); measured rows first."""
     best: dict[tuple, dict] = {}
-    for j in store.list_jobs(1000):
-        if j.template_name != template or j.spec.arch != arch:
-            continue
+    for j in store.list_jobs(None, template=template, arch=arch):
         try:
             rows = tuning_table(store, j.id)[2]
         except PorterError:

@@ -1,20 +1,16 @@
-"""The export formats that build more than one file's worth of text: header, kt-cache, python
-module and fatbin. porter.export.export picks the rows (best configuration per architecture and size)
-and calls these."""
+"""The export formats that build more than one file's worth of text: header, kt-cache and
+fatbin (cu, python and torch have modules of their own: fmt_cu, fmt_python, fmt_torch).
+porter.export.export picks the rows (best configuration per architecture and size) and calls
+these."""
 from __future__ import annotations
 
 import datetime
-import json
-import re
-from pathlib import Path
 
 from porter.spec.arch import get_arch
 from porter.build.compile import compile_ptx
 from porter.errors import PorterError
 from porter.records import TrialRecord
 from porter.spec.template import Template
-
-EXPR_SOURCE = Path(__file__).resolve().parents[1] / "spec" / "expr.py"
 
 
 def _cc(arch: str) -> int:
@@ -139,103 +135,3 @@ def portable_ptx(tpl: Template, by_arch: dict[str, dict]) -> tuple[str, str] | N
     arch = max(plain, key=_cc)
     ok, log, ptx = compile_ptx(tpl, by_arch[arch], get_arch(arch))
     return (arch, ptx) if ok else None
-
-
-# ---- python module --------------------------------------------------------------------------
-
-def python_module(tpl: Template, arch: str, rows: list[dict], files: dict[str, str]) -> str:
-    """A module that loads the cubins beside it with CuPy (imported on first launch) and
-    dispatches by problem size; geometry for untuned sizes goes through porter's safe
-    expression evaluator, inlined so the module needs nothing of porter."""
-    a = get_arch(arch)
-    table = []
-    for r in rows:
-        size = tuple(r["size"])
-        launch = tpl.launch(r["params"], a, size)
-        table.append({"size": r["size"], "file": files[json.dumps(r["params"],
-                                                                  sort_keys=True)],
-                      "grid": launch.grid, "block": launch.block, "smem": launch.smem,
-                      "workspace": tpl.workspace_bytes(r["params"], a, size),
-                      "params": r["params"], "arch_limits": a.limits(),
-                      "geometry": {"grid": [e.text for e in tpl.grid],
-                                   "block": [e.text for e in tpl.block],
-                                   "smem": tpl.smem.text, "workspace": tpl.workspace.text}})
-    expr = EXPR_SOURCE.read_text()
-    expr = expr.replace("from __future__ import annotations\n", "")
-    expr = re.sub(r"^from porter\.errors import TemplateError$",
-                  "class TemplateError(ValueError):\n    pass", expr, flags=re.M)
-    return (_PY_TEMPLATE.replace("@TABLE@", json.dumps(table, indent=1))
-            .replace("@KERNEL@", tpl.kernel).replace("@NAME@", tpl.name)
-            .replace("@ARCH@", arch).replace("@DIMS@", repr(tpl.size_names))
-            .replace("@GEMM@", repr(tpl.op == "gemm")).replace("@EXPR@", expr))
-
-
-_PY_TEMPLATE = '''"""@NAME@ tuned by Kernel Porter for @ARCH@: loads the cubins beside this file with CuPy and
-dispatches by problem size; a size that was not tuned uses the nearest tuned size's configuration
-(its launch geometry recomputed for the actual size).
-
-    import @NAME@_tuned as k
-    k.launch(*op_args, size=(M, N, K))      # op_args as in docs/TEMPLATES.md, without workspace
-"""
-import json
-import math
-import os
-
-KERNEL = "@KERNEL@"
-ARCH = "@ARCH@"
-DIMS = @DIMS@
-NEEDS_WORKSPACE = @GEMM@
-TABLE = json.loads(r"""@TABLE@""")
-_HERE = os.path.dirname(os.path.abspath(__file__))
-_FUNCS = {}
-_WORKSPACE = {}
-
-
-def nearest(size):
-    """The tuned entry closest to `size` (sum of log-distances over the dimensions)."""
-    return min(TABLE, key=lambda e: sum(abs(math.log(a) - math.log(b))
-                                        for a, b in zip(e["size"], size)))
-
-
-def geometry(entry, size):
-    """(grid, block, dynamic shared memory, workspace bytes) of `entry` at `size`."""
-    if list(size) == list(entry["size"]):
-        return tuple(entry["grid"]), tuple(entry["block"]), entry["smem"], entry["workspace"]
-    env = dict(entry["arch_limits"])
-    env.update(zip(DIMS, size))
-    env.update(entry["params"])
-    g = entry["geometry"]
-    ev = lambda text: int(Expr(text)(env))  # noqa: E731
-    return (tuple(ev(x) for x in g["grid"]), tuple(ev(x) for x in g["block"]), ev(g["smem"]),
-            ev(g["workspace"]))
-
-
-def function(entry):
-    import cupy as cp
-    if entry["file"] not in _FUNCS:
-        mod = cp.RawModule(path=os.path.join(_HERE, entry["file"]))
-        _FUNCS[entry["file"]] = (mod, mod.get_function(KERNEL))
-    return _FUNCS[entry["file"]][1]
-
-
-def launch(*args, size, stream=None):
-    """Runs the kernel on `args` (the op's arguments, e.g. A, B, C, M, N, K) for `size`;
-    returns the table entry it used."""
-    import cupy as cp
-    entry = nearest(size)
-    grid, block, smem, workspace = geometry(entry, size)
-    f = function(entry)
-    if smem > 48 * 1024:
-        f.max_dynamic_shared_size_bytes = smem
-    extra = ()
-    if NEEDS_WORKSPACE:  # the gemm op's scratch, which the kernel leaves zeroed
-        key = max(workspace, 16)
-        if key not in _WORKSPACE:
-            _WORKSPACE[key] = cp.zeros(key, dtype=cp.uint8)
-        extra = (_WORKSPACE[key],)
-    f(grid, block, tuple(args) + extra, shared_mem=smem, stream=stream)
-    return entry
-
-
-# ---- porter.spec.expr (inlined): the safe evaluator for the geometry expressions ----
-@EXPR@'''

@@ -1,13 +1,21 @@
 // Kernel Porter's device helpers for templates compiled by NVRTC without the CUDA toolkit's
-// headers: fixed-width integers, bf16 storage and conversions, and small PTX wrappers.
+// headers (and, exported, by nvcc): fixed-width integers, bf16 storage and conversions, and
+// small PTX wrappers.
 #pragma once
 
+// NVRTC (from PyPI) has no C library headers, so the fixed-width integers are declared here;
+// under nvcc or any host compiler they come from <cstdint>, which already declares them (with
+// int64_t as `long` on Linux: declaring it again as `long long` is an error there).
+#ifdef __CUDACC_RTC__
 typedef unsigned char uint8_t;
 typedef unsigned short uint16_t;
 typedef unsigned int uint32_t;
 typedef unsigned long long uint64_t;
 typedef int int32_t;
 typedef long long int64_t;
+#else
+#include <cstdint>
+#endif
 
 // bf16 is stored as its 16 bits; arithmetic happens in fp32.
 typedef uint16_t bf16_t;

@@ -1,0 +1,180 @@
+"""The `torch` format: a package that registers the tuned kernel as a PyTorch custom op
+(torch.library), with a fake implementation so torch.compile traces through it without a graph
+break. It launches through the `python` format's module (copied in as _kernel.py) on the
+current CUDA stream. Ops: gemm (torch.ops.porter.NAME(a, b) == a @ b.T) and rmsnorm
+(torch.ops.porter.NAME(x, weight, eps) == F.rms_norm(x, (cols,), weight, eps)), each with an
+out variant (NAME_out)."""
+from __future__ import annotations
+
+from porter.errors import PorterError
+from porter.spec.template import Template
+
+_GEMM = '''
+def _check(a, b):
+    torch._check(a.dim() == 2 and b.dim() == 2, lambda: (
+        f"porter::@NAME@: a (M x K) and b (N x K) must be 2-D, got {tuple(a.shape)} and "
+        f"{tuple(b.shape)}"))
+    torch._check(a.shape[1] == b.shape[1], lambda: (
+        f"porter::@NAME@ computes a @ b.T: a is {tuple(a.shape)}, b is {tuple(b.shape)}; "
+        "their second dimensions (K) must match"))
+    torch._check(a.dtype == torch.bfloat16 and b.dtype == torch.bfloat16, lambda: (
+        f"porter::@NAME@ takes bfloat16 tensors, got {a.dtype} and {b.dtype}"))
+    torch._check(a.is_contiguous() and b.is_contiguous(), lambda: (
+        "porter::@NAME@ needs contiguous (row-major) a and b; call .contiguous() first"))
+
+
+def _run(a, b, out):
+    torch._check(a.is_cuda and b.device == a.device and out.device == a.device, lambda: (
+        f"porter::@NAME@: a, b and out must be on one CUDA device, got {a.device}, "
+        f"{b.device}, {out.device}"))
+    M, K = a.shape
+    N = b.shape[0]
+    if M == 0 or N == 0:
+        return
+    if K == 0:
+        out.zero_()
+        return
+    with torch.cuda.device(a.device):
+        _kernel.launch(a, b, out, M, N, K, stream=torch.cuda.current_stream().cuda_stream)
+
+
+@torch.library.custom_op("porter::@NAME@", mutates_args=())
+def @NAME@(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a @ b.T with the tuned kernel: a is M x K, b is N x K (bfloat16, contiguous)."""
+    _check(a, b)
+    out = torch.empty((a.shape[0], b.shape[0]), dtype=a.dtype, device=a.device)
+    _run(a, b, out)
+    return out
+
+
+@@NAME@.register_fake
+def _(a, b):
+    _check(a, b)
+    return a.new_empty((a.shape[0], b.shape[0]))
+
+
+@torch.library.custom_op("porter::@NAME@_out", mutates_args=("out",))
+def @NAME@_out(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
+    """out = a @ b.T, written into out (M x N, bfloat16, contiguous)."""
+    _check(a, b)
+    _check_out(out, (a.shape[0], b.shape[0]))
+    _run(a, b, out)
+
+
+@@NAME@_out.register_fake
+def _(a, b, out):
+    _check(a, b)
+    _check_out(out, (a.shape[0], b.shape[0]))
+
+
+def linear(x, weight):
+    """torch.nn.functional.linear(x, weight) without bias (x @ weight.T) for x of any rank."""
+    y = torch.ops.porter.@NAME@(x.reshape(-1, x.shape[-1]), weight)
+    return y.reshape(*x.shape[:-1], weight.shape[0])
+
+
+def run(a, b, *, out=None):
+    if out is None:
+        return torch.ops.porter.@NAME@(a, b)
+    torch.ops.porter.@NAME@_out(a, b, out)
+    return out
+'''
+
+_RMSNORM = '''
+def _check(x, weight):
+    torch._check(x.dim() >= 1 and weight.dim() == 1 and x.shape[-1] == weight.shape[0],
+                 lambda: (f"porter::@NAME@ normalises the last dimension of x {tuple(x.shape)} "
+                          f"with a weight of that length, got {tuple(weight.shape)}"))
+    torch._check(x.dtype == torch.bfloat16 and weight.dtype == torch.bfloat16, lambda: (
+        f"porter::@NAME@ takes bfloat16 tensors, got {x.dtype} and {weight.dtype}"))
+    torch._check(x.is_contiguous() and weight.is_contiguous(), lambda: (
+        "porter::@NAME@ needs contiguous x and weight; call .contiguous() first"))
+
+
+def _run(x, weight, eps, out):
+    torch._check(x.is_cuda and weight.device == x.device and out.device == x.device,
+                 lambda: f"porter::@NAME@: x, weight and out must be on one CUDA device")
+    cols = x.shape[-1]
+    rows = x.numel() // cols if cols else 0
+    if rows == 0:
+        return
+    with torch.cuda.device(x.device):
+        _kernel.launch(x, weight, out, rows, cols, float(eps),
+                       stream=torch.cuda.current_stream().cuda_stream)
+
+
+@torch.library.custom_op("porter::@NAME@", mutates_args=())
+def @NAME@(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """RMSNorm over the last dimension with the tuned kernel (bfloat16, contiguous)."""
+    _check(x, weight)
+    out = torch.empty_like(x)
+    _run(x, weight, eps, out)
+    return out
+
+
+@@NAME@.register_fake
+def _(x, weight, eps=1e-6):
+    _check(x, weight)
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("porter::@NAME@_out", mutates_args=("out",))
+def @NAME@_out(x: torch.Tensor, weight: torch.Tensor, eps: float, out: torch.Tensor) -> None:
+    """RMSNorm of x written into out (x's shape, bfloat16, contiguous)."""
+    _check(x, weight)
+    _check_out(out, tuple(x.shape))
+    _run(x, weight, eps, out)
+
+
+@@NAME@_out.register_fake
+def _(x, weight, eps, out):
+    _check(x, weight)
+    _check_out(out, tuple(x.shape))
+
+
+def run(x, weight, eps=1e-6, *, out=None):
+    if out is None:
+        return torch.ops.porter.@NAME@(x, weight, eps)
+    torch.ops.porter.@NAME@_out(x, weight, eps, out)
+    return out
+'''
+
+_HEAD = '''"""@NAME@ tuned by Kernel Porter for @ARCH@, as a PyTorch custom op.
+
+    import @NAME@_torch            # registers torch.ops.porter.@NAME@ and @NAME@_out
+@USAGE@
+The op runs on the current CUDA stream; a fake implementation lets torch.compile trace it
+without a graph break. No autograd formula is registered (inference). Sizes that were not
+tuned run the nearest tuned configuration that is legal there (see _kernel.select).
+"""
+import torch
+
+from . import _kernel
+
+
+def _check_out(out, shape):
+    torch._check(tuple(out.shape) == tuple(shape), lambda: (
+        f"porter::@NAME@: out must have shape {tuple(shape)}, got {tuple(out.shape)}"))
+    torch._check(out.dtype == torch.bfloat16 and out.is_contiguous(), lambda: (
+        "porter::@NAME@: out must be a contiguous bfloat16 tensor"))
+'''
+
+_USAGE = {
+    "gemm": """    y = torch.ops.porter.@NAME@(a, b)       # a @ b.T: a M x K, b N x K, bfloat16
+    torch.ops.porter.@NAME@_out(a, b, y)    # into an existing y
+    y = @NAME@_torch.linear(x, W)           # F.linear(x, W) (no bias) for x of any rank
+""",
+    "rmsnorm": """    y = torch.ops.porter.@NAME@(x, w, 1e-6)      # F.rms_norm(x, (x.shape[-1],), w, 1e-6)
+    torch.ops.porter.@NAME@_out(x, w, 1e-6, y)   # into an existing y
+""",
+}
+_BODY = {"gemm": _GEMM, "rmsnorm": _RMSNORM}
+
+
+def torch_package(tpl: Template, arch: str) -> str:
+    """The package's __init__.py (the module and cubins go beside it)."""
+    if tpl.op not in _BODY:
+        raise PorterError(f"the torch format covers the gemm and rmsnorm ops; template "
+                          f"{tpl.name!r} is a {tpl.op!r} op: export it as python or cu")
+    text = (_HEAD.replace("@USAGE@", _USAGE[tpl.op]) + _BODY[tpl.op])
+    return text.replace("@NAME@", tpl.name).replace("@ARCH@", arch)

@@ -1,0 +1,275 @@
+"""The run-time half of the `python` export, copied into every exported module (lines marked
+`# porter-export: drop` are left out there, so the module imports nothing of porter).
+
+A TunedKernel holds the tuning table and the template's space (constraints, launch geometry,
+workspace and tensor-map boxes as expressions) and launches through the CUDA driver API
+(cuda-bindings): cubins loaded per context, TMA descriptors encoded with cuTensorMapEncodeTiled,
+thread-block clusters and large dynamic shared memory through cuLaunchKernelEx. Arguments may
+be torch tensors, CuPy arrays, anything with __cuda_array_interface__, or raw addresses."""
+import ctypes
+import math
+import os
+import warnings
+from collections import OrderedDict
+
+from porter.spec.expr import Expr  # porter-export: drop
+
+
+def _drv():
+    try:
+        from cuda.bindings import driver
+    except ImportError:
+        raise ImportError("this tuned kernel launches through cuda-bindings: "
+                          "pip install cuda-bindings") from None
+    return driver
+
+
+def _cu(result, what):
+    drv = _drv()
+    err = result[0] if isinstance(result, tuple) else result
+    if err != drv.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"{what} failed: {err}")
+    rest = result[1:] if isinstance(result, tuple) else ()
+    return rest[0] if len(rest) == 1 else rest
+
+
+def address(x):
+    """The device address of a torch tensor, CuPy array, __cuda_array_interface__ object,
+    ctypes pointer or int."""
+    if isinstance(x, int):
+        return x
+    if hasattr(x, "data_ptr"):
+        return int(x.data_ptr())
+    if hasattr(x, "__cuda_array_interface__"):
+        return int(x.__cuda_array_interface__["data"][0])
+    if isinstance(x, ctypes.c_void_p):
+        return int(x.value or 0)
+    raise TypeError(f"cannot take a device address of {type(x).__name__}")
+
+
+def stream_handle(s):
+    """A CUstream handle (int) from None (the default stream), an int, a torch or CuPy stream."""
+    if s is None:
+        return 0
+    for attr in ("cuda_stream", "ptr"):
+        if hasattr(s, attr):
+            return int(getattr(s, attr))
+    return int(s)
+
+
+class TunedKernel:
+    def __init__(self, spec, here):
+        self.spec, self.here = spec, here
+        self.name, self.kernel = spec["name"], spec["kernel"]
+        self.dims, self.args = list(spec["dims"]), [tuple(a) for a in spec["args"]]
+        self.table = spec["table"]
+        e = spec["space"]
+        self.constraints = [Expr(t) for t in e["constraints"]]
+        self.grid = [Expr(t) for t in e["grid"]]
+        self.block = [Expr(t) for t in e["block"]]
+        self.cluster = [Expr(t) for t in e["cluster"]]
+        self.smem, self.workspace = Expr(e["smem"]), Expr(e["workspace"])
+        self.maps = [(b, [Expr(t) for t in box], sw) for b, box, sw in e["maps"]]
+        self._choice, self._modules, self._ws, self._smem_set = {}, {}, {}, set()
+        self._sms = {}
+        self._prepared = OrderedDict()
+
+    # ---- choosing a configuration --------------------------------------------------------
+    def env(self, entry, size):
+        env = dict(self.spec["limits"])
+        env.update(zip(self.dims, size))
+        env.update(entry["params"])
+        return env
+
+    def why_illegal(self, entry, size):
+        """None if the entry's configuration may run at `size`, else the reason."""
+        env = self.env(entry, size)
+        for c in self.constraints:
+            try:
+                ok = c(env)
+            except ZeroDivisionError:
+                ok = False
+            if not ok:
+                return f"constraint {c.text!r} fails"
+        g = self.plan(entry, size)
+        lim = self.spec["limits"]
+        threads = g["block"][0] * g["block"][1] * g["block"][2]
+        if threads > lim["arch_max_threads"] or min(g["grid"]) <= 0:
+            return f"block of {threads} threads, grid {g['grid']}"
+        if g["smem"] > lim["arch_smem_per_block"]:
+            return f"{g['smem']} bytes of shared memory"
+        if g["cluster"][0] * g["cluster"][1] * g["cluster"][2] > lim["arch_max_cluster"]:
+            return f"cluster {g['cluster']}"
+        return None
+
+    def ranked(self, size):
+        """The tuned entries, the one tuned at the nearest size (log distance) first."""
+        return sorted(self.table, key=lambda e: sum(abs(math.log(a) - math.log(b))
+                                                    for a, b in zip(e["size"], size)))
+
+    def select(self, size):
+        """The tuned entry to run at `size`: the nearest tuned size whose configuration is legal
+        there (a fallback past an illegal nearer one is reported once, as a warning); raises
+        ValueError when none is."""
+        size = tuple(int(s) for s in size)
+        if size in self._choice:
+            return self._choice[size]
+        if len(size) != len(self.dims) or min(size) <= 0:
+            raise ValueError(f"{self.name}: size {size} needs {len(self.dims)} positive values "
+                             f"({', '.join(self.dims)})")
+        refused = []
+        for entry in self.ranked(size):
+            why = self.why_illegal(entry, size)
+            if why is None:
+                break
+            refused.append(f"tuned for {'x'.join(map(str, entry['size']))}: {why}")
+        else:
+            raise ValueError(f"{self.name}: no tuned configuration is legal at "
+                             f"{'x'.join(map(str, size))} ({'; '.join(refused)})")
+        if refused:
+            warnings.warn(f"{self.name} at {'x'.join(map(str, size))}: the nearest tuned "
+                          f"configuration is illegal there ({refused[0]}); using the one tuned "
+                          f"for {'x'.join(map(str, entry['size']))}", stacklevel=3)
+        self._choice[size] = entry
+        return entry
+
+    def plan(self, entry, size):
+        """Launch geometry, workspace bytes and tensor-map boxes of `entry` at `size`."""
+        env = self.env(entry, size)
+        return {"grid": [int(e(env)) for e in self.grid],
+                "block": [int(e(env)) for e in self.block],
+                "cluster": [int(e(env)) for e in self.cluster], "smem": int(self.smem(env)),
+                "workspace": int(self.workspace(env)),
+                "maps": [(b, [int(x(env)) for x in box], sw) for b, box, sw in self.maps]}
+
+    # ---- launching -----------------------------------------------------------------------
+    def _context(self):
+        drv = _drv()
+        ctx = _cu(drv.cuCtxGetCurrent(), "cuCtxGetCurrent")
+        if ctx is None or int(ctx) == 0:
+            _cu(drv.cuInit(0), "cuInit")
+            dev = _cu(drv.cuDeviceGet(0), "cuDeviceGet")
+            ctx = _cu(drv.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+            _cu(drv.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+        if int(ctx) not in self._sms:      # persistent grids size themselves by the device
+            dev = _cu(drv.cuCtxGetDevice(), "cuCtxGetDevice")
+            self._sms[int(ctx)] = _cu(drv.cuDeviceGetAttribute(
+                drv.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev),
+                "cuDeviceGetAttribute")
+        sms = self._sms[int(ctx)]
+        if sms != self.spec["limits"].get("arch_sms"):
+            self.spec["limits"]["arch_sms"] = sms
+            self._choice.clear()
+        return int(ctx)
+
+    def function(self, ctx, entry):
+        key = (ctx, entry["file"])
+        if key not in self._modules:
+            drv = _drv()
+            with open(os.path.join(self.here, entry["file"]), "rb") as f:
+                image = f.read()
+            mod = _cu(drv.cuModuleLoadData(image), f"cuModuleLoadData({entry['file']})")
+            fn = _cu(drv.cuModuleGetFunction(mod, self.kernel.encode()),
+                        "cuModuleGetFunction")
+            self._modules[key] = (mod, fn)
+        return self._modules[key][1]
+
+    def workspace_ptr(self, ctx, stream, nbytes):
+        """A zeroed workspace for this context and stream, at least nbytes; the kernel leaves
+        it zeroed, so it is cleared once, when allocated."""
+        drv = _drv()
+        key = (ctx, stream)
+        have = self._ws.get(key)
+        if have is None or have[1] < nbytes:
+            if have is not None:
+                _cu(drv.cuCtxSynchronize(), "cuCtxSynchronize")
+                _cu(drv.cuMemFree(have[0]), "cuMemFree")
+            size = max(nbytes, 256)
+            ptr = _cu(drv.cuMemAlloc(size), "cuMemAlloc")
+            _cu(drv.cuMemsetD8(ptr, 0, size), "cuMemsetD8")
+            have = self._ws[key] = (ptr, size)
+        return int(have[0])
+
+    def _encode(self, ptr, rows, cols, box, swizzle):
+        drv = _drv()
+        u64, u32 = drv.cuuint64_t, drv.cuuint32_t
+        sw = {0: "NONE", 32: "32B", 64: "64B", 128: "128B"}[swizzle]
+        tmap = _cu(drv.cuTensorMapEncodeTiled(
+            drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, ptr,
+            [u64(cols), u64(rows)], [u64(cols * 2)], [u32(box[0]), u32(box[1])],
+            [u32(1), u32(1)], drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+            getattr(drv.CUtensorMapSwizzle, f"CU_TENSOR_MAP_SWIZZLE_{sw}"),
+            drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+            "cuTensorMapEncodeTiled")
+        words = [int(w) for w in tmap.opaque]
+        return (ctypes.c_uint64 * len(words))(*words)
+
+    def launch(self, *args, size=None, stream=None):
+        """Runs the kernel on the op's arguments (docs/TEMPLATES.md's order, without the
+        workspace) on `stream`; `size` defaults to the size arguments among them. Returns the
+        table entry it ran."""
+        plain = [a for a in self.args if a[1] != "workspace"]
+        if len(args) != len(plain):
+            raise TypeError(f"{self.name}.launch takes {len(plain)} arguments "
+                            f"({', '.join(a[0] for a in plain)}), not {len(args)}")
+        values = dict(zip((a[0] for a in plain), args))
+        if size is None:
+            size = tuple(int(values[d]) for d in self.dims)
+        size = tuple(int(s) for s in size)
+        entry = self.select(size)
+        ctx, strm = self._context(), stream_handle(stream)
+        key = (ctx, strm, id(entry), size,
+               tuple(address(v) if k == "ptr" else v for (n, k), v in zip(plain, args)))
+        prepared = self._prepared.get(key)
+        if prepared is None:
+            prepared = self._prepare(ctx, strm, entry, size, values)
+            self._prepared[key] = prepared
+            if len(self._prepared) > 64:
+                self._prepared.popitem(last=False)
+        cfg, func, ptrs, _ = prepared
+        _cu(_drv().cuLaunchKernelEx(cfg, func, ctypes.addressof(ptrs), 0), "cuLaunchKernelEx")
+        return entry
+
+    def _prepare(self, ctx, strm, entry, size, values):
+        drv = _drv()
+        g = self.plan(entry, size)
+        func = self.function(ctx, entry)
+        if g["smem"] > 48 * 1024 and (int(func), g["smem"]) not in self._smem_set:
+            _cu(drv.cuFuncSetAttribute(
+                func, drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                g["smem"]), "cuFuncSetAttribute")
+            self._smem_set.add((int(func), g["smem"]))
+        holders = []
+        for name, kind in self.args:
+            if kind == "ptr":
+                holders.append(ctypes.c_void_p(address(values[name])))
+            elif kind == "int":
+                holders.append(ctypes.c_int(int(values[name])))
+            elif kind == "float":
+                holders.append(ctypes.c_float(float(values[name])))
+            else:
+                holders.append(ctypes.c_void_p(self.workspace_ptr(ctx, strm, g["workspace"])))
+        env = dict(zip(self.dims, size))
+        for buf, box, sw in g["maps"]:
+            if not all(box):          # a zero extent: this configuration does not use the map
+                holders.append((ctypes.c_uint64 * 16)())
+                continue
+            rows, cols = (int(d) if str(d).isdigit() else env[d]
+                          for d in self.spec["buffers"][buf])
+            holders.append(self._encode(address(values[buf]), rows, cols, box, sw))
+        cfg = drv.CUlaunchConfig()
+        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = g["grid"]
+        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = g["block"]
+        cfg.sharedMemBytes = g["smem"]
+        cfg.hStream = drv.CUstream(strm)
+        attrs = []
+        if g["cluster"] != [1, 1, 1]:
+            at = drv.CUlaunchAttribute()
+            at.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+            at.value.clusterDim.x, at.value.clusterDim.y, at.value.clusterDim.z = g["cluster"]
+            attrs.append(at)
+        cfg.attrs = attrs
+        cfg.numAttrs = len(attrs)
+        ptrs = (ctypes.c_void_p * max(1, len(holders)))(*[ctypes.addressof(h) for h in holders])
+        return cfg, func, ptrs, holders
