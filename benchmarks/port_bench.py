@@ -83,6 +83,9 @@ def main():
     ap.add_argument("--finalists", type=int, default=3,
                     help="re-time this many of the fastest configurations side by side, pick "
                          "the best ratio among them and time that one once more (the figure)")
+    ap.add_argument("--retime-results", default=None,
+                    help="comma-separated results JSON files: re-time each record's finalists "
+                         "side by side with the baseline (no tuning, no database)")
     ap.add_argument("--retime", default=None,
                     help="comma-separated porter.db files of earlier runs: re-time their jobs' "
                          "fastest configurations instead of tuning")
@@ -91,6 +94,8 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     bw = copy_gbps()
     print(f"device-to-device copy: {bw:.0f} GB/s", flush=True)
+    if args.retime_results:
+        return retime_results(args, bw)
     if args.retime:
         return retime(args, bw)
     store = open_store(f"sqlite:///{out / 'porter.db'}")
@@ -137,6 +142,52 @@ def retime(args, bw):
             if table:
                 print(table[-1], flush=True)
     print("\n".join(table))
+
+
+def retime_results(args, bw):
+    """Re-times the configurations a results file reports (each record's finalists) with the
+    current code: after a change that must leave the tuned kernels' speed as it was."""
+    from porter.records import Measurement, TrialRecord
+    from porter.spec.arch import get_arch
+    from porter.spec.template import find_template
+    out = Path(args.out)
+    table, records = [], []
+    for path in args.retime_results.split(","):
+        for old in json.loads(Path(path).read_text()):
+            if "params" not in old or (args.only and old["template"] not in args.only):
+                continue
+            tpl, arch = find_template(old["template"]), get_arch(old["arch"])
+            size = tuple(old["shape"])
+            fins = old.get("finalists") or [{"params": old["params"],
+                                             "ours_ms": old["ours_ms"]}]
+            trials = [TrialRecord(number=i, params=f["params"], config_key=tpl.config_key(
+                f["params"]), status="measured", measurements=(Measurement(
+                    size=size, ours_ms=f.get("tuning_ms", f["ours_ms"])),))
+                for i, f in enumerate(fins)]
+            stats = {"retimed_from": path, "before": {"ratio": old["ratio"],
+                                                      "params": old["params"]}}
+            recs = finals(old["template"], tpl, arch, [size], trials, stats, {}, args, bw,
+                          table)
+            for r in recs:
+                r["ratio_before"] = old["ratio"]
+                r["gpu"], r["driver"] = _device_names()
+            records += recs
+            (out / "results_retime.json").write_text(json.dumps(records, indent=1))
+            print(table[-1] + f"  (before {old['ratio']:.3f})", flush=True)
+    print("\n".join(table))
+
+
+def _device_names():
+    import cupy as cp
+    props = cp.cuda.runtime.getDeviceProperties(0)
+    drv = cp.cuda.runtime.driverGetVersion()
+    try:
+        import subprocess
+        drv = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20).stdout.strip() or drv
+    except OSError:
+        pass
+    return props["name"].decode(), str(drv)
 
 
 def finals(name, tpl, arch, sizes, trials, stats, dev, args, bw, table):
