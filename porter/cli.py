@@ -55,12 +55,16 @@ def port(template: str = typer.Argument(..., help="template name or folder"),
          from_job: Optional[int] = typer.Option(None, "--from-job"),
          resume: Optional[int] = typer.Option(None, "--resume", help="resume an interrupted job"),
          workers: Optional[int] = typer.Option(None, "--workers", help="compile processes"),
+         trust_template_code: bool = typer.Option(
+             False, "--trust-template-code",
+             help="let the template's own reference.py run here (embedded ports only)"),
          db: Optional[str] = DbOpt, templates_dir: Optional[list[Path]] = TplDirOpt):
     """Run a porting job here and now, with a live progress bar."""
-    from porter.job.run import port_here
-    _, summary = port_here(template, arch, sizes, trials, minutes, sampler, seed, backend,
-                           replay, from_arch, from_job, resume, workers, db, templates_dir,
-                           console)
+    import porter.api as api
+    summary = api.port(template, arch, sizes, trials, minutes, sampler=sampler, seed=seed,
+                       backend=backend, replay=replay, from_arch=from_arch, from_job=from_job,
+                       resume=resume, workers=workers, db=db, templates_dir=templates_dir,
+                       console=console, trust_template_code=trust_template_code).summary
     if summary.status == "failed":
         raise typer.Exit(1)
 
@@ -111,11 +115,11 @@ def best(template: str, arch: str = typer.Option(..., "--arch"), db: Optional[st
 
 
 @app.command()
-def export(job: int, fmt: str = typer.Option("cu", "--format", help="cu, cubin, ptx, fatbin, python, header, json, kt-cache"),
+def export(job: int, fmt: str = typer.Option("cu", "--format", help="cu, cubin, ptx, fatbin, python, torch, header, json, kt-cache"),
            out: Path = typer.Option(Path("export"), "-o", "--out"), db: Optional[str] = DbOpt):
     """Export the tuned kernels of a job."""
-    from porter.export.export import export as do_export
-    paths = do_export(_store(db), job, fmt, out)
+    import porter.api as api
+    paths = api.job(job, db).export(fmt, out)
     for p in paths:
         console.print(str(p))
 
@@ -172,10 +176,10 @@ def submit(template: str, arch: str = typer.Option(..., "--arch"),
            from_job: Optional[int] = typer.Option(None, "--from-job"),
            db: Optional[str] = DbOpt, templates_dir: Optional[list[Path]] = TplDirOpt):
     """Record a job and queue it for the service's workers; prints the job id."""
-    from porter.job.jobs import make_spec
-    spec, tpl, _ = make_spec(template, arch, sizes, trials, minutes, sampler, seed, backend,
-                             replay, from_arch, from_job, templates_dir)
-    job_id = _service().submit(spec, db)
+    import porter.api as api
+    job_id = api.submit(template, arch, sizes, trials, minutes, sampler=sampler, seed=seed,
+                        backend=backend, replay=replay, from_arch=from_arch, from_job=from_job,
+                        db=db, templates_dir=templates_dir).id
     console.print(job_id)
 
 

@@ -17,9 +17,14 @@ def make_spec(template: str, arch: str, sizes: list[str] | None = None, trials: 
               minutes: float | None = None, sampler: str = "auto", seed: int = 0,
               backend: str = "gpu", replay: str | None = None, from_arch: str | None = None,
               from_job: int | None = None, templates_dir: list[Path] | None = None,
-              sms: int | None = None) -> tuple[JobSpec, Template, Arch]:
-    """sms: multiprocessors of the target product, where it is not the table's (arch_sms)."""
+              sms: int | None = None, trust_template_code: bool = False,
+              service: bool = False) -> tuple[JobSpec, Template, Arch]:
+    """sms: multiprocessors of the target product, where it is not the table's (arch_sms).
+    trust_template_code: the template's own reference.py may run (embedded ports only);
+    service: the job goes to the service, which never imports code that came with it."""
     tpl = find_template(template, templates_dir)
+    from porter.measure.ops import validate_template
+    validate_template(tpl, trust_template_code, service)
     if sms is not None and not 1 <= sms <= 1024:
         raise SpecError(f"--sms {sms}: a GPU has between 1 and 1024 multiprocessors")
     a = resolve_arch(arch, sms)

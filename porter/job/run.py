@@ -45,7 +45,8 @@ def warm_start_prior(store: Store, template_name: str, from_arch: str | None,
 
 
 def port_here(template, arch, sizes, trials, minutes, sampler, seed, backend, replay, from_arch,
-              from_job, resume, workers, db, templates_dir, console: Console):
+              from_job, resume, workers, db, templates_dir, console: Console,
+              trust_template_code: bool = False):
     from porter.job.loop import Engine
     from porter.job.jobs import make_backend, make_spec, probe_compile, template_record
     from porter.store.base import open_store
@@ -60,10 +61,12 @@ def port_here(template, arch, sizes, trials, minutes, sampler, seed, backend, re
         job_id = resume
     else:
         spec, tpl, a = make_spec(template, arch, sizes, trials, minutes, sampler, seed, backend,
-                                 replay, from_arch, from_job, templates_dir)
+                                 replay, from_arch, from_job, templates_dir,
+                                 trust_template_code=trust_template_code)
     if spec.backend != "replay":
         probe_compile(tpl, a, spec.sizes)
     be, note = make_backend(spec, a)
+    be.trust_template_code = trust_template_code    # template code runs only when trusted
     if note:
         console.print(f"[yellow]{note}[/yellow]")
     if resume is None:

@@ -16,13 +16,14 @@ from typing import Any, Iterator, Mapping
 from porter.spec.arch import ARCHS, FEATURES, Arch, check_features
 from porter.errors import SpecError, TemplateError
 from porter.spec.expr import Expr
+from porter.spec.opspec import OpSpec, parse_op
 
 BUILTIN_DIR = Path(__file__).resolve().parents[2] / "search_spaces"
 INCLUDE_DIR = Path(__file__).resolve().parents[1] / "include"
 _INCLUDE_RE = re.compile(r'^\s*#\s*include\s*(.*)$', re.M)
 
 _TOP_KEYS = {"template", "sizes", "params", "constraints", "launch", "metrics", "verify",
-             "tensor_maps", "resources", "seeds"}
+             "tensor_maps", "resources", "seeds", "op"}
 _TEMPLATE_KEYS = {"name", "op", "version", "source", "kernel", "requires", "archs",
                   "description", "options"}
 
@@ -77,6 +78,7 @@ class Template:
     # counters); None: all of it. The rest is scratch the kernel fully writes before it reads.
     workspace_clean: Expr | None = None
     source_hash: str = field(default="", compare=False)
+    op_spec: OpSpec | None = None                  # [op]: an op declared by the template
     # porter headers this template compiles against: a snapshot carries its own; None: the
     # project's include folder
     include_dir: Path | None = field(default=None, compare=False)
@@ -216,9 +218,10 @@ def load_template(folder: str | Path, include_dir: Path | None = None,
     if unknown:
         raise TemplateError(f"{space_path}: unknown key(s) in [template]: "
                             f"{', '.join(sorted(unknown))}")
-    for key in ("name", "op", "kernel"):
+    for key in ("name", "kernel") if "op" in raw else ("name", "op", "kernel"):
         if key not in t:
-            raise TemplateError(f"{space_path}: [template] needs {key!r}")
+            raise TemplateError(f"{space_path}: [template] needs {key!r}"
+                                + (" (a built-in op, or an [op] section)" if key == "op" else ""))
     name = str(t["name"])
     src_name = str(t.get("source", "kernel.cu"))
     src_path = (folder / src_name).resolve()
@@ -277,8 +280,10 @@ def load_template(folder: str | Path, include_dir: Path | None = None,
                 raise TemplateError(f"template {name!r}: seed {i + 1} sets {k} = {v!r}, which is "
                                     f"not one of its values {list(params[k])}")
 
+    op_spec = parse_op(raw["op"], name, size_names, params) if "op" in raw else None
     tpl = Template(
-        name=name, folder=folder, op=str(t["op"]), version=str(t.get("version", "1")),
+        name=name, folder=folder, op=op_spec.name if op_spec else str(t["op"]), op_spec=op_spec,
+        version=str(t.get("version", "1")),
         source=source, source_name=src_name, kernel=str(t["kernel"]), requires=requires,
         archs=archs, description=str(t.get("description", "")),
         options=tuple(t.get("options", ())), size_names=size_names,
@@ -328,7 +333,8 @@ def _check_names(tpl: Template) -> None:
 
 def _check_includes(name: str, source: str) -> None:
     # NVRTC from PyPI carries no CUDA headers, and templates may read nothing else
-    allowed = {p.name for p in INCLUDE_DIR.iterdir() if p.suffix in (".cuh", ".h")}
+    allowed = {p.relative_to(INCLUDE_DIR).as_posix() for p in INCLUDE_DIR.rglob("*")
+               if p.suffix in (".cuh", ".h")}
     for m in _INCLUDE_RE.finditer(source):
         arg = m.group(1).strip()
         inner = re.fullmatch(r'["<]([^">]+)[">]', arg.split("//")[0].strip())

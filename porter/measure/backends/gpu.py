@@ -133,6 +133,7 @@ class GpuBackend(Backend):
             "cubin": compiled.cubin_path, "kernel": template.kernel, "op": template.op,
             "template_dir": str(template.folder),
             "rtol": template.rtol, "sizes": [], "fresh_baseline": self.fresh_baseline,
+            "trust_template_code": getattr(self, "trust_template_code", False),
         }
         for size in sizes:
             launch = template.launch(config, arch, size)

@@ -147,12 +147,12 @@ class Child:
 
     # ---- one trial ------------------------------------------------------------------------
     def run(self, job, ready=lambda: None) -> dict:
-        from porter.measure.ops import get_op
+        from porter.measure.ops import make_op
         cp = self.cp
         op = self.ops.get((job["op"], job.get("template_dir")))
         if op is None:
-            op = get_op(job["op"])
-            op.configure(job.get("template_dir", ""))
+            op = make_op(job["op"], job.get("template_dir", ""),
+                         bool(job.get("trust_template_code")))
             self.ops[(job["op"], job.get("template_dir"))] = op
         rtol = job["rtol"] or op.rtol
         try:
@@ -228,7 +228,8 @@ class Child:
             })
         device = dict(self.device, **self.sampler.latest,
                       measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat())
-        return {"status": "measured", "measurements": measurements, "device": device}
+        return {"status": "measured", "measurements": measurements, "device": device,
+                "message": op.note}
 
     def _launcher(self, func, s, state, args, op):
         grid, block, smem = tuple(s["grid"]), tuple(s["block"]), int(s["smem"])

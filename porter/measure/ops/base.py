@@ -14,6 +14,10 @@ class Op(ABC):
     dims: tuple[str, ...] = ()
     rtol: float = 1e-2           # tolerance on ||out - ref|| / ||ref||
     memory_bound: bool = False
+    # the kernel's parameters: "p" a pointer, "s" a scalar, in order (tensor maps follow);
+    # None: the op cannot say (checked elsewhere)
+    signature: tuple[str, ...] | None = None
+    note: str = ""               # said on every measured row (e.g. what the reference is)
 
     @abstractmethod
     def setup(self, size: tuple[int, ...], seed: int) -> dict[str, Any]:
@@ -48,18 +52,66 @@ class Op(ABC):
         return arr.data.ptr, arr.shape[0], arr.shape[1], arr.strides[0]
 
 
+_REGISTRY: dict[str, type[Op]] = {}
+
+
+def register(cls: type[Op]) -> type[Op]:
+    """Registers an Op subclass under its `name` (usable as a class decorator)."""
+    if not cls.name:
+        raise TemplateError(f"op class {cls.__name__} has no name")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
 def _load() -> dict[str, type[Op]]:
-    from porter.measure.ops.gemm import GemmOp
-    from porter.measure.ops.rmsnorm import RmsNormOp
-    from porter.measure.ops.kt import KTOp
-    return {c.name: c for c in (GemmOp, RmsNormOp, KTOp)}
+    """Every op by name: the modules of this package that define Op subclasses (gemm,
+    rmsnorm, kt, ...), then third-party ops from the entry point group `porter.ops`
+    (name = "module:OpClass")."""
+    if not _REGISTRY:
+        import importlib
+        import pkgutil
+        from importlib.metadata import entry_points
+        import porter.measure.ops as pkg
+        for mod in pkgutil.iter_modules(pkg.__path__):
+            if mod.name.startswith("_") or mod.name in ("base", "declared", "refs", "resolve"):
+                continue
+            m = importlib.import_module(f"{pkg.__name__}.{mod.name}")
+            for obj in vars(m).values():
+                if isinstance(obj, type) and issubclass(obj, Op) and obj is not Op and obj.name \
+                        and obj.__module__ == m.__name__:
+                    _REGISTRY.setdefault(obj.name, obj)
+        for ep in entry_points(group="porter.ops"):
+            try:
+                cls = ep.load()
+            except Exception as e:  # noqa: BLE001 - a broken plug-in names itself
+                raise TemplateError(f"op plug-in {ep.name!r} ({ep.value}) cannot be loaded: "
+                                    f"{e}") from e
+            if isinstance(cls, type) and issubclass(cls, Op):
+                _REGISTRY.setdefault(ep.name, cls)
+    return _REGISTRY
 
 
-OPS = ("gemm", "rmsnorm", "kt")
+def op_names() -> tuple[str, ...]:
+    return tuple(sorted(_load()))
 
 
 def get_op(name: str) -> Op:
     ops = _load()
     if name not in ops:
-        raise TemplateError(f"unknown op {name!r}; known: {', '.join(sorted(ops))}")
+        raise TemplateError(f"unknown op {name!r}; known: {', '.join(sorted(ops))}, or declare "
+                            "the op in an [op] section (docs/TEMPLATES.md)")
     return ops[name]()
+
+
+def make_op(name: str, template_dir: str, trust_template_code: bool = False) -> Op:
+    """The op that measures a template: its declared [op] if it has one, else the registered
+    op `name`, configured from the template folder."""
+    if template_dir:
+        from porter.spec.template import load_template
+        tpl = load_template(template_dir)
+        if tpl.op_spec is not None:
+            from porter.measure.ops.declared import DeclaredOp
+            return DeclaredOp(tpl, trust_template_code)
+    op = get_op(name)
+    op.configure(template_dir)
+    return op

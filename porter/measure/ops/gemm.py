@@ -14,6 +14,7 @@ class GemmOp(Op):
     name = "gemm"
     dims = ("M", "N", "K")
     rtol = 1e-2
+    signature = ("p", "p", "p", "s", "s", "s", "p")
 
     def setup(self, size, seed):
         import cupy as cp

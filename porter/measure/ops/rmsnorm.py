@@ -14,6 +14,7 @@ class RmsNormOp(Op):
     name = "rmsnorm"
     dims = ("rows", "cols")
     rtol = 1e-2
+    signature = ("p", "p", "p", "s", "s", "s")
     memory_bound = True
 
     def setup(self, size, seed):
