@@ -60,9 +60,7 @@ def one_run(n_workers: int, trials: int) -> dict:
         span = max(t.finished_at for t in ts) - min(t.started_at for t in ts)
         held = sum(json.load(__import__("gzip").open(REPLAY, "rt"))["trials"][t.config_key]
                    .get("gpu_s", 0.0) for t in counted)
-        store._engine.dispose()
-        if store._optuna is not None:
-            store._optuna.engine.dispose()
+        store.close()
         return {"workers": n_workers, "trials": len(counted), "wall_s": round(span, 3),
                 "trials_per_s": round(len(counted) / span, 3),
                 "replayed_gpu_s": round(held, 3),

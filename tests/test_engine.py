@@ -154,3 +154,48 @@ def test_warm_start_passes_the_source_measurements_as_a_prior(store):
     Engine(store, tpl, arch, ReplayBackend(rec)).run(job, spec2, warm, prior)
     first = min(store.trials(job), key=lambda t: t.number)
     assert first.config_key == tpl.config_key(warm[0])
+
+
+def test_ctrl_c_interrupts_with_resume_hint(tmp_path):
+    """Ctrl-C in `porter port`: the resume hint, status 130, the job `interrupted`, no Optuna
+    trial left RUNNING; the resume finishes the budget without repeating a configuration."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    import optuna
+    porter = str(ROOT / ".venv" / "bin" / "porter")
+    data = json.load(gzip.open(REPLAY / "gemm_mma_h200.json.gz", "rt"))
+    for e in data["trials"].values():
+        e["gpu_s"] = 0.3
+    slow = tmp_path / "slow.json"
+    slow.write_text(json.dumps(data))
+    db = f"sqlite:///{tmp_path / 'p.db'}"
+    args = [porter, "port", "gemm_mma", "--arch", "sm_90a", "--backend", "replay", "--replay",
+            str(slow), "--sizes", "4096x4096x4096", "--trials", "20", "--db", db]
+    env = dict(os.environ, PORTER_REPLAY_HOLD="1", PORTER_CACHE_DIR=str(tmp_path / "cache"))
+    p = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, cwd=ROOT)
+    s = open_store(db)
+    t0 = time.time()
+    while time.time() - t0 < 60:
+        jobs = s.list_jobs(1)
+        if jobs and s.trial_numbers(jobs[0].id):
+            break
+        time.sleep(0.1)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130, (out, err)
+    job = s.list_jobs(1)[0]
+    assert f"--resume {job.id}" in out
+    assert job.status == "interrupted" and f"--resume {job.id}" in job.message
+    study = optuna.load_study(study_name=job.study_name, storage=s.optuna_storage())
+    assert not [t for t in study.get_trials() if t.state.name == "RUNNING"]
+    r = subprocess.run([porter, "port", "--resume", str(job.id), "--db", db, "gemm_mma",
+                        "--arch", "sm_90a"], env=dict(env, PORTER_REPLAY_HOLD="0"),
+                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 0, r.stderr
+    trials = s.trials(job.id)
+    assert s.get_job(job.id).status == "done" and len(trials) == 20
+    assert len({t.config_key for t in trials}) == 20

@@ -1,25 +1,53 @@
-"""The job loop: propose -> static check -> compile (a process pool, ahead of the GPU) ->
-measure and verify (backend) -> record -> tell. Every proposal ends in one recorded status."""
+"""The job loop, the one both `porter port` (Engine) and the service's drivers
+(workers.tasks.drive_job) run: propose -> static check -> compile -> measure and verify ->
+record -> tell, until the budget is recorded, the deadline passes, the space is exhausted, or the
+job is cancelled. What differs between the two is passed in (porter.job.hooks).
+
+One definition of each rule, here:
+- budget: recorded trials that are not `infeasible`, plus trials in flight (this run's and those
+  other drivers are working on), never more than `spec.trials` (100 when neither trials nor
+  minutes are given; none with minutes only);
+- deadline: `spec.minutes` after the job's current run started (Store.start_run: when it went
+  to running; drivers that join a running job share that clock); trials in flight finish;
+- final status: `done`, `cancelled`, `failed` (an error no retry fixed, with its reason; the job
+  can be resumed) or `interrupted` (Ctrl-C); written only while the job is still running, so the
+  first final status wins and a driver that finds the job finished by another writes nothing;
+- errors: transient database errors are retried with backoff (hooks.retrying); any other error
+  fails the job with a one-line reason, and the run's open Optuna trials are failed, never left
+  RUNNING.
+"""
 from __future__ import annotations
 
-import math
-import multiprocessing as mp
-import os
+import logging
 import time
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Callable
 
-from porter.spec.arch import Arch
+from porter.build.check import search_space, static_check
+from porter.build.compile import CompileResult, nvrtc_version
+from porter.job.hooks import JobHooks, compiles_for, fail_trials, retrying
+from porter.job.trial import (evaluate, first_error, objective, run_trial,  # noqa: F401
+                              trial_record)
 from porter.measure.backends.base import Backend, Outcome
-from porter.build.check import resource_check, search_space, static_check
-from porter.build.compile import CompileResult, compile_variant, nvrtc_version
 from porter.records import JobSpec, TrialRecord
 from porter.search.searcher import Searcher
-from porter.store.base import Store
+from porter.spec.arch import Arch
 from porter.spec.template import Template
+from porter.store.base import Store
 
+log = logging.getLogger("porter.job")
 MAX_INFEASIBLE_FACTOR = 20
+FINISHED = ("done", "failed", "cancelled", "interrupted")
+_WAIT, _END = "wait", "end"
+
+
+def study_name(job_id: int) -> str:
+    """The Optuna study of a job that names none."""
+    return f"porter-job-{job_id}"
+
+
+def trial_budget(spec: JobSpec) -> int | None:
+    return spec.trials if spec.trials else (None if spec.minutes else 100)
 
 
 @dataclass
@@ -32,219 +60,220 @@ class JobSummary:
     busy_ms: float = 0.0            # GPU time in kernels and baselines
     compile_s: float = 0.0          # summed compile time of fresh (uncached) variants
     compiled: int = 0
+    message: str = ""
 
     @property
     def gpu_share(self) -> float:
         return self.busy_ms / 1e3 / self.wall_s if self.wall_s else 0.0
 
 
-def objective(outcome: Outcome) -> float | None:
-    """Geometric mean over sizes of ours/baseline (lower is better); ms where no baseline."""
-    if outcome.status != "measured" or not outcome.measurements:
-        return None
-    logs = []
-    for m in outcome.measurements:
-        rel = m.ours_ms / m.baseline_ms if m.baseline_ms else m.ours_ms
-        logs.append(math.log(max(rel, 1e-12)))
-    return math.exp(sum(logs) / len(logs))
+def run_job(store: Store, job_id: int, spec: JobSpec, tpl: Template, arch: Arch,
+            backend: Backend, *, hooks: JobHooks | None = None, compile_workers: int | None = None,
+            warm_start=(), prior=(), worker: str = "embedded",
+            on_trial: Callable[[TrialRecord, TrialRecord | None], None] | None = None
+            ) -> JobSummary:
+    """Runs (or joins, or resumes) job `job_id` to its end and returns what happened.
 
-
-def _lower_priority():
+    compile_workers: compile processes running ahead of the measurement (None or 0: compile in
+    this process, through the compile cache). warm_start: configurations proposed first; prior:
+    (configuration, objective) pairs measured elsewhere that the search learns from. Ctrl-C
+    marks the job `interrupted` and goes up as KeyboardInterrupt."""
+    run = _Run(store, job_id, spec, tpl, arch, backend, hooks or JobHooks(), worker, on_trial)
+    compiles = compiles_for(backend.needs_compile, compile_workers)
+    status, message = "failed", ""
     try:
-        os.nice(10)
-    except OSError:
-        pass
+        status = run.loop(compiles, [*warm_start, *tpl.start_configs()], prior)
+    except KeyboardInterrupt:
+        run.abandon()
+        finish_job(store, job_id, "interrupted", f"interrupted; resume with --resume {job_id}",
+                   run.hooks.db_retry_s)
+        raise
+    except Exception as e:  # noqa: BLE001 - whatever stops the job is its recorded reason
+        log.warning("job %s failed: %s", job_id, e, exc_info=True)
+        run.abandon()
+        message = f"{run.stage}: {_one_line(e)}; resume with --resume {job_id}"
+    finally:
+        compiles.close()
+        run.hooks.stop()
+    s = run.summary
+    s.best = run.best
+    s.wall_s = time.monotonic() - run.t0
+    s.status = status or "stopped"
+    s.message = message or _counts_line(s.counts)
+    if status:
+        finish_job(store, job_id, status, s.message, run.hooks.db_retry_s)
+    return s
 
 
-def _compile_job(template: Template, config: dict, arch: Arch) -> CompileResult:
-    return compile_variant(template, config, arch)
+def finish_job(store: Store, job_id: int, status: str, message: str,
+               retry_s: float = 60.0) -> bool:
+    """Writes a final status while the job is still queued or running (the first final status
+    wins); returns whether it was written."""
+    def write():
+        if store.get_job(job_id).status in FINISHED:
+            return False
+        store.set_job_status(job_id, status, message)
+        return True
+    return retrying(write, f"finishing job {job_id}", retry_s)
 
 
 class Engine:
+    """`porter port`'s way of running a job: compiles in a process pool ahead of the GPU."""
+
     def __init__(self, store: Store, template: Template, arch: Arch, backend: Backend,
                  workers: int | None = None,
                  on_trial: Callable[[TrialRecord, TrialRecord | None], None] | None = None,
-                 worker_name: str = "embedded"):
+                 worker_name: str = "embedded", hooks: JobHooks | None = None):
+        import os
         self.store, self.template, self.arch, self.backend = store, template, arch, backend
         # leave two cores to the measuring child and this process: a starved launch loop
         # shows up as idle GPU time
         self.workers = workers or max(1, (os.cpu_count() or 2) - 2)
-        self.on_trial = on_trial
-        self.worker_name = worker_name
-
-    def searcher(self, job_id: int, spec: JobSpec, warm_start=(), prior=()) -> Searcher:
-        space = search_space(self.template, self.arch, spec.sizes, self.backend.allows)
-        return Searcher(space, spec.sampler, spec.seed, storage=self.store.optuna_storage(),
-                        study_name=self.store.get_job(job_id).study_name or f"job-{job_id}",
-                        warm_start=warm_start, prior=prior)
+        self.on_trial, self.worker_name, self.hooks = on_trial, worker_name, hooks
 
     def run(self, job_id: int, spec: JobSpec, warm_start=(), prior=()) -> JobSummary:
-        """warm_start: configurations proposed first; prior: (configuration, objective) pairs
-        measured elsewhere (another architecture) that the search learns from."""
-        store, tpl, arch = self.store, self.template, self.arch
-        t_start = time.monotonic()
-        summary = JobSummary(job_id, "running")
-        done = {t.number: t for t in store.trials(job_id)}
-        for t in done.values():
-            summary.counts[t.status] = summary.counts.get(t.status, 0) + 1
-        best = min((t for t in done.values() if t.objective is not None),
-                   key=lambda t: t.objective, default=None)
-        store.set_job_status(job_id, "running")
-        # the template's default (each parameter's first value) and its [[seeds]] are tried right
-        # after any warm-start configurations: authors list what they expect to win first
-        searcher = self.searcher(job_id, spec, [*warm_start, *tpl.start_configs()], prior)
-        sizes = list(spec.sizes)
-        deadline = t_start + spec.minutes * 60 if spec.minutes else None
-        budget = spec.trials if spec.trials else (None if deadline else 100)
-        counted = sum(1 for t in done.values() if t.status != "infeasible")
-        infeasible_left = MAX_INFEASIBLE_FACTOR * (budget or 1000)
-        pending: dict[Future, tuple[int, dict, float]] = {}
-        exhausted = cancelled = False
-        prefetch = self.workers * 2 if self.backend.needs_compile else 1
-        toolchain = {"nvrtc": nvrtc_version(), "arch": arch.name}
-        ctx = mp.get_context("spawn")
-        pool = ProcessPoolExecutor(self.workers, mp_context=ctx,
-                                   initializer=_lower_priority) \
-            if self.backend.needs_compile else None
+        return run_job(self.store, job_id, spec, self.template, self.arch, self.backend,
+                       hooks=self.hooks, compile_workers=self.workers, warm_start=warm_start,
+                       prior=prior, worker=self.worker_name, on_trial=self.on_trial)
 
-        def finish(number, config, started, outcome: Outcome, compiled: CompileResult | None):
-            nonlocal best
-            rec = trial_record(tpl, arch, self.backend.name, sizes, number, config, started,
-                               outcome, compiled, toolchain, self.worker_name)
-            obj = rec.objective
-            if store.record_trial(job_id, rec):
-                summary.counts[rec.status] = summary.counts.get(rec.status, 0) + 1
-            searcher.tell(number, obj)
-            summary.busy_ms += outcome.busy_ms
-            if compiled and not compiled.cached:
-                summary.compile_s += compiled.seconds
-                summary.compiled += 1
-            if obj is not None and (best is None or obj < best.objective):
-                best = rec
-            if self.on_trial:
-                self.on_trial(rec, best)
 
-        def handle(number, config, started, compiled: CompileResult | None):
-            outcome = evaluate(tpl, arch, self.backend, config, compiled, sizes)
-            finish(number, config, started, outcome, compiled)
+class _Run:
+    """One party's run of a job: its searcher, its trials in flight, its counts."""
 
-        try:
-            while True:
-                stop_asking = exhausted or cancelled or \
-                    (budget is not None and counted >= budget) or \
-                    (deadline is not None and time.monotonic() >= deadline)
-                if not stop_asking and hasattr(store, "cancel_requested") and \
-                        store.cancel_requested(job_id):
-                    cancelled = stop_asking = True
-                while not stop_asking and len(pending) < prefetch:
-                    proposal = searcher.ask()
-                    if proposal is None:
-                        exhausted = stop_asking = True
-                        break
-                    number, config = proposal
-                    started = time.time()
-                    why = static_check(tpl, arch, config, sizes)
-                    if why:
-                        finish(number, config, started, Outcome("infeasible", why), None)
-                        infeasible_left -= 1
-                        if infeasible_left <= 0:
-                            exhausted = stop_asking = True
-                        continue
-                    counted += 1
-                    if pool is None:
-                        handle(number, config, started, None)
-                        break
-                    fut = pool.submit(_compile_job, tpl, config, arch)
-                    pending[fut] = (number, config, started)
-                    if budget is not None and counted >= budget:
-                        break
-                if not pending:
-                    if stop_asking:
-                        break
+    def __init__(self, store, job_id, spec, tpl, arch, backend, hooks, worker, on_trial):
+        self.store, self.job_id, self.spec = store, job_id, spec
+        self.tpl, self.arch, self.backend, self.hooks = tpl, arch, backend, hooks
+        self.worker, self.on_trial = worker, on_trial
+        self.sizes = list(spec.sizes)
+        self.t0 = time.monotonic()
+        self.summary = JobSummary(job_id, "running")
+        self.best: TrialRecord | None = None
+        self.in_flight: set[int] = set()
+        self.searcher: Searcher | None = None
+        self.budget = trial_budget(spec)
+        self.infeasible_left = MAX_INFEASIBLE_FACTOR * (self.budget or 1000)
+        self.stage = "starting"
+
+    def db(self, fn, what: str):
+        self.stage = what
+        return retrying(fn, f"job {self.job_id}: {what}", self.hooks.db_retry_s)
+
+    def loop(self, compiles, warm, prior) -> str | None:
+        store, job_id, hooks = self.store, self.job_id, self.hooks
+        started = self.db(lambda: store.start_run(job_id), "starting the run")
+        self.db(lambda: hooks.start(store, job_id), "heartbeat")
+        self.deadline = started + self.spec.minutes * 60 if self.spec.minutes else None
+        for t in self.db(lambda: store.trials(job_id), "reading the job's trials"):
+            self.summary.counts[t.status] = self.summary.counts.get(t.status, 0) + 1
+            if t.objective is not None and (self.best is None
+                                            or t.objective < self.best.objective):
+                self.best = t
+        name = self.db(lambda: store.get_job(job_id).study_name, "reading the job") \
+            or study_name(job_id)
+        space = search_space(self.tpl, self.arch, self.sizes, self.backend.allows)
+        self.searcher = self.db(lambda: Searcher(
+            space, self.spec.sampler, self.spec.seed, storage=store.optuna_storage(),
+            study_name=name, warm_start=warm, prior=prior), "opening the study")
+        self.toolchain = {"nvrtc": nvrtc_version(), "arch": self.arch.name}
+        while True:
+            signal = self.db(hooks.beat, "heartbeat")
+            decision = None
+            while signal is None and compiles.pending() < compiles.ahead:
+                decision = self.next_proposal()
+                if not isinstance(decision, tuple):
+                    break
+                number, config = decision
+                t_start = time.time()
+                why = static_check(self.tpl, self.arch, config, self.sizes)
+                if why:
+                    self.finish_trial(number, config, t_start, Outcome("infeasible", why), None)
+                    self.infeasible_left -= 1
                     continue
-                finished, _ = wait(list(pending), return_when=FIRST_COMPLETED)
-                for fut in finished:
-                    number, config, started = pending.pop(fut)
-                    try:
-                        compiled = fut.result()
-                    except Exception as e:  # noqa: BLE001 - a dead compiler is this trial's
-                        compiled = CompileResult(ok=False, key="", log=f"compiler died: {e}")
-                    handle(number, config, started, compiled)
-        finally:
-            if pool is not None:
-                pool.shutdown(cancel_futures=True)
-        summary.wall_s = time.monotonic() - t_start
-        summary.best = best
-        summary.status = "cancelled" if cancelled else "done"
-        store.set_job_status(job_id, summary.status, _summary_line(summary))
-        return summary
+                compiles.submit((number, config, t_start), self.tpl, config, self.arch)
+            if compiles.pending():
+                for (number, config, t_start), compiled in compiles.finished():
+                    self.stage = f"trial {number}"
+                    outcome = evaluate(self.tpl, self.arch, self.backend, config, compiled,
+                                       self.sizes)
+                    self.finish_trial(number, config, t_start, outcome, compiled)
+                continue
+            if signal == "cancel":
+                return "cancelled"
+            if signal == "stop":
+                return None
+            if decision == _WAIT:
+                time.sleep(hooks.wait_s)
+                continue
+            return "done"
+
+    def next_proposal(self) -> tuple[int, dict] | str:
+        """The next (number, configuration) for this run, _WAIT while only other parties'
+        trials stand between it and the end, or _END."""
+        store, searcher, hooks = self.store, self.searcher, self.hooks
+        with hooks.lock():
+            # the study's running trials first, the records second: a trial is recorded
+            # before it is told, so one that finishes in between is seen in the records; one
+            # seen in neither cannot exist (asking needs the lock)
+            running = self.db(searcher.sync, "reading the study")
+            statuses = self.db(lambda: store.trial_statuses(self.job_id), "reading the trials")
+            foreign = [t for t in running
+                       if t.number not in statuses and t.number not in self.in_flight]
+            if foreign:
+                gone = self.db(lambda: hooks.reclaim(searcher.study, foreign),
+                               "reclaiming trials")
+                foreign = [t for t in foreign if t.number not in gone]
+            counted = sum(1 for st in statuses.values() if st != "infeasible")
+            reserved = counted + len(self.in_flight) + len(foreign)
+            if (self.budget is not None and counted >= self.budget) or self.infeasible_left <= 0:
+                return _END
+            out_of_time = self.deadline is not None and time.time() >= self.deadline
+            if out_of_time or (self.budget is not None and reserved >= self.budget):
+                return _WAIT if foreign else _END
+            proposal = self.db(lambda: searcher.ask(sync=False), "asking the search")
+            if proposal is None:                        # the space is exhausted
+                return _WAIT if foreign else _END
+            self.in_flight.add(proposal[0])
+            hooks.asked(proposal[0])
+            return proposal
+
+    def finish_trial(self, number: int, config: dict, t_start: float, outcome: Outcome,
+                     compiled: CompileResult | None) -> None:
+        self.stage = f"trial {number}"
+        rec = trial_record(self.tpl, self.arch, self.backend.name, self.sizes, number, config,
+                           t_start, outcome, compiled, self.toolchain, self.worker)
+        s = self.summary
+        if self.db(lambda: self.store.record_trial(self.job_id, rec), f"recording trial {number}"):
+            s.counts[rec.status] = s.counts.get(rec.status, 0) + 1
+        self.in_flight.discard(number)
+        self.db(lambda: self.searcher.tell(number, rec.objective), f"telling trial {number}")
+        self.hooks.told(number)
+        s.busy_ms += outcome.busy_ms
+        if compiled and not compiled.cached:
+            s.compile_s += compiled.seconds
+            s.compiled += 1
+        if rec.objective is not None and (self.best is None
+                                          or rec.objective < self.best.objective):
+            self.best = rec
+        s.best = self.best
+        if self.on_trial:
+            self.on_trial(rec, self.best)
+
+    def abandon(self) -> None:
+        """Fails this run's open trials in the study (best effort: the database may be what
+        failed); the records never saw them, so a resume proposes them again or not at all."""
+        if self.searcher is None or not self.in_flight:
+            return
+        try:
+            fail_trials(self.searcher.study, list(self.in_flight))
+        except Exception as e:  # noqa: BLE001 - a driver that reclaims will fail them later
+            log.warning("job %s: could not fail open trials (%s)", self.job_id, e)
+        self.in_flight.clear()
 
 
-
-def trial_record(tpl: Template, arch: Arch, backend_name: str, sizes, number: int, config: dict,
-                 started: float, outcome: Outcome, compiled: CompileResult | None,
-                 toolchain: dict, worker: str) -> TrialRecord:
-    """The record of one finished trial (shared by the embedded engine and service workers)."""
-    obj = objective(outcome)
-    launch_smem = tpl.launch(config, arch, sizes[0]).smem if sizes else 0
-    r = compiled.resources if compiled else None
-    return TrialRecord(
-        number=number, params=dict(config), config_key=tpl.config_key(config),
-        status=outcome.status, message=outcome.message, backend=backend_name,
-        objective=obj,
-        compile_seconds=compiled.seconds if compiled else None,
-        compile_log=compiled.log[-20000:] if compiled else "",
-        registers=r.registers if r and compiled.ok else None,
-        smem_bytes=(r.smem_static + launch_smem) if r and compiled.ok else None,
-        spill_bytes=(r.spill_stores + r.spill_loads) if r and compiled.ok else None,
-        stack_frame=r.stack_frame if r and compiled.ok else None,
-        cubin_key=compiled.key if compiled and compiled.ok else None,
-        measurements=outcome.measurements,
-        device=dict(outcome.device, **toolchain), started_at=started,
-        finished_at=time.time(), worker=worker)
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return (text.splitlines()[0] if text else type(e).__name__)[:300]
 
 
-def evaluate(tpl: Template, arch: Arch, backend: Backend, config: dict,
-             compiled: CompileResult | None, sizes) -> Outcome:
-    """A statically feasible, compiled (or not, for backends without compilation) variant ->
-    its outcome: compile failure, resource rejection, or the backend's measurement."""
-    if compiled is not None and not compiled.ok:
-        return Outcome("compile_failed", _first_error(compiled.log))
-    if compiled is not None:
-        why = resource_check(tpl, arch, config, compiled, sizes)
-        if why:
-            return Outcome("resource_rejected", why)
-    return backend.measure(tpl, arch, config, compiled, sizes)
-
-
-def run_trial(tpl: Template, arch: Arch, backend: Backend, number: int, config: dict, sizes,
-              toolchain: dict, worker: str) -> tuple[TrialRecord, Outcome,
-                                                     CompileResult | None]:
-    """One proposal, start to end, in this process: static check -> compile (through the
-    compile cache) -> resource check -> measure -> its record. Every path ends in a record."""
-    started = time.time()
-    compiled = None
-    why = static_check(tpl, arch, config, sizes)
-    if why:
-        outcome = Outcome("infeasible", why)
-    else:
-        if backend.needs_compile:
-            try:
-                compiled = compile_variant(tpl, config, arch)
-            except Exception as e:  # noqa: BLE001 - a dead compiler is this trial's
-                compiled = CompileResult(ok=False, key="", log=f"compiler died: {e}")
-        outcome = evaluate(tpl, arch, backend, config, compiled, sizes)
-    rec = trial_record(tpl, arch, backend.name, sizes, number, config, started, outcome,
-                       compiled, toolchain, worker)
-    return rec, outcome, compiled
-
-def _first_error(log: str) -> str:
-    for line in log.splitlines():
-        if "error" in line.lower():
-            return line.strip()[:300]
-    return (log.strip().splitlines() or ["compile failed"])[0][:300]
-
-
-def _summary_line(s: JobSummary) -> str:
-    parts = [f"{n} {k}" for k, n in sorted(s.counts.items())]
-    return ", ".join(parts)
+def _counts_line(counts: dict[str, int]) -> str:
+    return ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))

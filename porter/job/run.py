@@ -16,9 +16,8 @@ def warm_start_configs(store: Store, template_name: str, from_arch: str | None,
     if from_job is not None:
         trials += store.best_trials(from_job, n)
     if from_arch:
-        for j in store.list_jobs(1000):
-            if j.template_name == template_name and j.spec.arch == from_arch:
-                trials += store.best_trials(j.id, n)
+        for j in store.list_jobs(None, template=template_name, arch=from_arch):
+            trials += store.best_trials(j.id, n)
     trials.sort(key=lambda t: t.objective)
     seen, out = set(), []
     for t in trials:
@@ -34,8 +33,7 @@ def warm_start_prior(store: Store, template_name: str, from_arch: str | None,
     (it learns how far to trust it from the results on the target)."""
     jobs = [from_job] if from_job is not None else []
     if from_arch:
-        jobs += [j.id for j in store.list_jobs(1000)
-                 if j.template_name == template_name and j.spec.arch == from_arch]
+        jobs += [j.id for j in store.list_jobs(None, template=template_name, arch=from_arch)]
     best: dict[str, tuple[dict, float]] = {}
     for j in dict.fromkeys(jobs):
         for t in store.trials(j, status="measured"):
@@ -48,16 +46,15 @@ def port_here(template, arch, sizes, trials, minutes, sampler, seed, backend, re
               from_job, resume, workers, db, templates_dir, console: Console,
               trust_template_code: bool = False):
     from porter.job.loop import Engine
-    from porter.job.jobs import make_backend, make_spec, probe_compile, template_record
+    from porter.job.jobs import (make_backend, make_spec, probe_compile, template_record,
+                                 template_snapshot)
     from porter.store.base import open_store
-    from porter.spec.template import find_template
-    from porter.spec.arch import get_arch
+    from porter.spec.snapshot import job_parts
 
     store = open_store(db)
     if resume is not None:
-        info = store.get_job(resume)
+        info, tpl, a = job_parts(store, resume)
         spec = info.spec
-        tpl, a = find_template(spec.template, templates_dir), get_arch(spec.arch)
         job_id = resume
     else:
         spec, tpl, a = make_spec(template, arch, sizes, trials, minutes, sampler, seed, backend,
@@ -71,7 +68,8 @@ def port_here(template, arch, sizes, trials, minutes, sampler, seed, backend, re
         console.print(f"[yellow]{note}[/yellow]")
     if resume is None:
         src, space = template_record(tpl)
-        job_id = store.create_job(spec, tpl.name, tpl.source_hash, src, space, status="running")
+        job_id = store.create_job(spec, tpl.name, tpl.source_hash, src, space, status="running",
+                                  snapshot=template_snapshot(tpl))
     warm = warm_start_configs(store, tpl.name, spec.from_arch, spec.from_job)
     prior = warm_start_prior(store, tpl.name, spec.from_arch, spec.from_job)
     total = spec.trials or (None if spec.minutes else 100)
@@ -101,13 +99,14 @@ def port_here(template, arch, sizes, trials, minutes, sampler, seed, backend, re
         try:
             summary = engine.run(job_id, spec, warm, prior)
         except KeyboardInterrupt:
-            store.set_job_status(job_id, "failed", "interrupted; resume with --resume "
-                                 f"{job_id}")
+            # the loop marked the job interrupted and failed its open trials
+            progress.stop()
+            console.print(f"job {job_id} interrupted; resume with: porter port --resume "
+                          f"{job_id}" + (f" --db {db}" if db else ""), style="yellow")
             raise
         finally:
             be.close()
-    console.print(f"job {job_id} {summary.status}: "
-                  + ", ".join(f"{n} {k}" for k, n in sorted(summary.counts.items())))
+    console.print(f"job {job_id} {summary.status}: {summary.message}")
     if summary.compiled:
         console.print(f"compiled {summary.compiled} variants in {summary.wall_s:.1f} s wall "
                       f"({summary.compile_s / summary.compiled:.2f} s each on one core)")
