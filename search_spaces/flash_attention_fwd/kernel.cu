@@ -15,11 +15,12 @@
 // the softmax of S_j runs while P V is in flight. PINGPONG = 1 (with INTRA) orders the GEMM
 // issue of the consumer warpgroups round-robin on named barriers, so one's softmax overlaps
 // another's GEMMs. Causal: KV tiles wholly above the diagonal are skipped (CAUSAL_SKIP = 1) and
-// tiles crossing it or the end of the sequence are masked. PERSIST = 1: the grid strides over
-// the tiles (a grid of at most one CTA per SM), the producer loading the next tile's K / V / Q
-// while the consumers finish the last one.
-// Tiles are ordered head by head (the CTAs running together share K / V in L2); causal runs
-// take each head's heaviest (last) query tiles first.
+// tiles crossing it or the end of the sequence are masked. PERSIST = 1: at most one CTA per SM,
+// each taking units of two query tiles of one head (mb and nmb - 1 - mb: equal causal work),
+// the producer loading the next tile's K / V / Q while the consumers finish the last one.
+// EPI = 1 stages O in shared memory and stores it by TMA (clipped at S).
+// Work is ordered head by head (the CTAs running together share K / V in L2); on the plain grid
+// causal runs take the heaviest (last) query tiles of a group of heads first.
 #include "porter.cuh"
 #include "hopper/hopper.cuh"
 
