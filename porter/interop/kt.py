@@ -6,11 +6,17 @@ kernel as a porter template (op "kt").
 - `kt_space(cache)`   -> (params, feasible): the configurations a search may spend evaluations
   on: every cached configuration except InvalidConfig (statically infeasible, never counted).
   Compile/runtime failures stay in: they cost an evaluation like any other.
-- `load_t1(path)`     -> T1: tuning parameters (Values parsed with ast.literal_eval), Conditions
-  as porter.spec.expr.Expr (C-style operators translated), launch geometry.
+- `load_t1(path)`     -> T1: tuning parameters (Values evaluated as Kernel Tuner evaluates them,
+  comprehensions, range, list, + on lists and all, by porter's bounded safe evaluator),
+  Conditions as porter.spec.expr.Expr (C-style operators translated), launch geometry. Every
+  field Kernel Tuner's own T1 loader reads is used or, where porter cannot honour it, refused
+  by name (REFUSED); Device, Search, Budget and SimulationInput are tuning instructions for
+  Kernel Tuner that porter's own flags replace.
 - `t1_to_template(kernel_cu, t1_json, out_dir)` -> the template folder it wrote (kernel.cu,
-  t1.json, space.toml; op "kt"), checked with porter.spec.template.load_template; on any error
-  nothing is left behind. `import_kt` is the same function under the CLI's name.
+  t1.json, space.toml with a declared [op] named "kt": the T1 arguments in order, their sizes
+  and size-valued scalars as expressions over P0, P1, ..., so --sizes drives them; the T1
+  defaults are the reference configuration), checked with load_template; on any error nothing
+  is left behind. `import_kt` is the same function under the CLI's name.
 - `kernel_parameters(source, kernel)`, `passes_constant_arguments(...)`: whether the kernel also
   takes its constant-memory T1 arguments as parameters (Kernel Tuner passes them both ways).
 
@@ -89,14 +95,35 @@ class T1:
         return all(bool(c(env)) for c in self.conditions)
 
 
-def _values(v):
+_PARAM_TYPES = {"int": int, "uint": int, "float": float, "bool": bool, "string": str}
+# T1 fields porter cannot honour, refused by name rather than ignored
+_FILLS = {"Random": "normal", "Constant": "constant"}
+_ARG_DTYPES = {"float": "float32", "double": "float64", "half": "float16", "int": "int32",
+               "int32": "int32", "uint32": "uint32", "unsigned int": "uint32", "int8": "int8",
+               "char": "int8", "uint8": "uint8", "bool": "uint8", "int16": "int16",
+               "uint16": "uint16", "int64": "int64", "long": "int64", "uint64": "uint64"}
+_SCALAR_DTYPES = {"float": "float32", "double": "float64", "int": "int32", "int32": "int32",
+                  "uint32": "uint32", "unsigned int": "uint32", "int64": "int64",
+                  "long": "int64"}
+
+
+def _values(v, name: str = "", ptype: str = "int"):
+    """A T1 Values string as Kernel Tuner evaluates it (a Python list expression), by the
+    bounded safe evaluator."""
+    if ptype not in _PARAM_TYPES:
+        raise TemplateError(f"T1 parameter {name!r} has Type {ptype!r}; porter supports "
+                            f"{', '.join(_PARAM_TYPES)}")
     if isinstance(v, str):
         try:
-            v = ast.literal_eval(v)
-        except (ValueError, SyntaxError):
-            raise TemplateError(f"T1 Values {v!r} is not a Python literal list") from None
+            v = Expr(v).walk({})
+        except TemplateError as e:
+            raise TemplateError(f"T1 Values of {name!r}: {e}") from None
+    if isinstance(v, range):
+        v = tuple(v)
     if not isinstance(v, (list, tuple)) or not v:
-        raise TemplateError(f"T1 Values {v!r} is not a non-empty list")
+        raise TemplateError(f"T1 Values of {name!r} ({v!r}) is not a non-empty list")
+    if any(isinstance(x, (list, tuple, dict)) for x in v):
+        raise TemplateError(f"T1 Values of {name!r} must be a list of single values")
     return tuple(v)
 
 
@@ -108,12 +135,23 @@ def load_t1(path: str | Path) -> T1:
         raise SpecError(f"cannot read T1 file {p}: {e}") from None
     cs = raw.get("ConfigurationSpace", {})
     ks = raw.get("KernelSpecification", {})
+    if not isinstance(cs, Mapping) or not isinstance(ks, Mapping):
+        raise TemplateError(f"{p}: ConfigurationSpace and KernelSpecification must be objects")
+    _refuse(raw, ks, p)
     params, defaults = {}, {}
     for tp in cs.get("TuningParameters", []):
-        params[tp["Name"]] = _values(tp["Values"])
+        if not isinstance(tp, Mapping) or "Name" not in tp or "Values" not in tp:
+            raise TemplateError(f"{p}: every TuningParameters entry needs a Name and Values")
+        params[tp["Name"]] = _values(tp["Values"], tp["Name"], str(tp.get("Type", "int")))
         defaults[tp["Name"]] = tp.get("Default", params[tp["Name"]][0])
-    conds = tuple(Expr(translate(c["Expression"] if isinstance(c, dict) else c))
-                  for c in cs.get("Conditions", []))
+    conds = []
+    for c in cs.get("Conditions", []) or []:
+        text = c.get("Expression") if isinstance(c, Mapping) else c
+        if not isinstance(text, str):
+            raise TemplateError(f"{p}: a Condition's Expression must be a string (Kernel "
+                                f"Tuner converts no other kind): {c!r}")
+        conds.append(Expr(translate(text)))
+    conds = tuple(conds)
     if "KernelName" not in ks:
         raise TemplateError(f"{p}: KernelSpecification has no KernelName")
     grid_div = {d: ks.get(f"GridDiv{d}") for d in _DIMS}
@@ -129,6 +167,37 @@ def load_t1(path: str | Path) -> T1:
         global_size_type=str(ks.get("GlobalSizeType", "CUDA")),
         grid_div=grid_div, shared_memory=str(ks.get("SharedMemory", 0) or 0),
         compiler_options=tuple(ks.get("CompilerOptions", ()) or ()), arguments=args, raw=raw)
+
+
+def _refuse(raw: Mapping, ks: Mapping, p: Path) -> None:
+    """T1 fields whose meaning porter cannot give, named so the user can change them."""
+    lang = str(ks.get("Language", "CUDA"))
+    if lang != "CUDA":
+        raise TemplateError(f"{p}: Language {lang!r} is not supported (porter tunes CUDA)")
+    if ks.get("ReferenceArguments"):
+        raise TemplateError(f"{p}: ReferenceArguments is not supported; declare a reference "
+                            "function in the imported template's [op] instead")
+    for b in raw.get("Budget", []) or []:
+        if isinstance(b, Mapping) and b.get("Type") not in ("ConfigurationCount",
+                                                             "TuningDuration"):
+            raise TemplateError(f"{p}: Budget Type {b.get('Type')!r} is not supported (use "
+                                "porter port --trials or --minutes)")
+    for a in ks.get("Arguments", ()) or ():
+        if not isinstance(a, Mapping):
+            continue
+        name = a.get("Name", "?")
+        mt = str(a.get("MemoryType", "Vector"))
+        if mt not in ("Vector", "Scalar"):
+            raise TemplateError(f"{p}: argument {name!r} has MemoryType {mt!r}; supported: "
+                                "Vector, Scalar")
+        ft = a.get("FillType")
+        if mt == "Vector" and ft is not None and ft not in _FILLS:
+            raise TemplateError(f"{p}: argument {name!r} has FillType {ft!r}; supported: "
+                                f"{', '.join(_FILLS)}")
+        table = _ARG_DTYPES if mt == "Vector" else _SCALAR_DTYPES
+        if str(a.get("Type")) not in table:
+            raise TemplateError(f"{p}: argument {name!r} has Type {a.get('Type')!r}; supported "
+                                f"for {mt}: {', '.join(table)}")
 
 
 def _argument(a: Mapping, path: Path) -> T1Argument:
@@ -252,9 +321,6 @@ def t1_to_template(kernel_cu_path: str | Path, t1_path: str | Path,
     kernel_cu, t1_json, out_dir = Path(kernel_cu_path), Path(t1_path), Path(out_dir)
     t1 = load_t1(t1_json)
     source = add_extern_c(kernel_cu.read_text(), t1.kernel_name)
-    if t1.arguments:
-        passes_constant_arguments(len(kernel_parameters(source, t1.kernel_name)),
-                                  [a.constant_memory for a in t1.arguments], t1.kernel_name)
     if not t1.problem_size:
         raise TemplateError(f"{t1_json}: KernelSpecification has no ProblemSize")
     for n in t1.params:
@@ -277,7 +343,6 @@ def t1_to_template(kernel_cu_path: str | Path, t1_path: str | Path,
         "# imported from a Kernel Tuner / BAT T1 specification by porter.interop.kt.import_kt",
         "[template]",
         f"name = {_toml_str(t1.name)}",
-        'op = "kt"',
         f"kernel = {_toml_str(t1.kernel_name)}",
         'source = "kernel.cu"',
         'version = "1"',
@@ -304,11 +369,85 @@ def t1_to_template(kernel_cu_path: str | Path, t1_path: str | Path,
               f"grid = [{', '.join(_toml_str(g) for g in _grid(t1))}]",
               f"block = [{', '.join(_toml_str(b) for b in block)}]",
               f"smem = {_toml_str(smem)}", ""]
+    lines += _op_section(t1, source)
     return _write_checked(out_dir, {"kernel.cu": source, "t1.json": t1_json.read_text(),
                                      "space.toml": "\n".join(lines)})
 
 
 import_kt = t1_to_template
+
+
+def _size_text(t1: T1, text) -> str:
+    """A T1 Size over P0, P1, ... alone: the parameters' value lists (max(filter_width)) are
+    written in as literals, since inputs may depend on sizes only."""
+    tree = ast.parse(re.sub(r"ProblemSize_(\d+)", r"P\1", _launch_expr(str(text))), mode="eval")
+
+    class Lists(ast.NodeTransformer):
+        def visit_Name(self, node):
+            if node.id in t1.params:
+                return ast.parse(repr(tuple(t1.params[node.id])), mode="eval").body
+            return node
+    return ast.unparse(Lists().visit(tree))
+
+
+def reference_config(t1: T1) -> dict:
+    """The T1 defaults where the Conditions allow them, else the first configuration they
+    allow, in T1 value order: the imported template's reference."""
+    import itertools
+    if t1.is_valid(t1.defaults) and all(t1.defaults[n] in v for n, v in t1.params.items()):
+        return dict(t1.defaults)
+    for i, values in enumerate(itertools.product(*t1.params.values())):
+        cfg = dict(zip(t1.params, values))
+        if t1.is_valid(cfg):
+            return cfg
+        if i > 1_000_000:
+            break
+    raise TemplateError("no configuration of the T1 file satisfies its Conditions")
+
+
+def _op_section(t1: T1, source: str) -> list[str]:
+    """The T1 Arguments as a declared op: buffers with their sizes over P0, P1, ...; scalars
+    whose value is a ProblemSize entry follow --sizes (P<i>), the others keep their value."""
+    if not t1.arguments:
+        raise TemplateError("the T1 file lists no Arguments: porter needs them to call the "
+                            "kernel")
+    passes = passes_constant_arguments(
+        len(kernel_parameters(source, t1.kernel_name)),
+        [a.constant_memory for a in t1.arguments], t1.kernel_name)
+    cfg = reference_config(t1)
+    lines = ["# the T1 Arguments in call order; T1 files carry no reference, so the output of",
+             "# reference_config (the T1 defaults, or the first configuration the Conditions",
+             "# allow) is what every other configuration must match",
+             "[op]", 'name = "kt"', "rtol = 1e-3",
+             "reference_config = { " + ", ".join(f"{k} = {_toml_value(v)}"
+                                                for k, v in cfg.items()) + " }", ""]
+    for a in t1.arguments:
+        lines += ["[[op.args]]", f"name = {_toml_str(a.name)}"]
+        if a.memory_type == "Scalar":
+            lines.append(f"dtype = {_toml_str(_SCALAR_DTYPES[a.type])}")
+            value = a.fill_value
+            match = [i for i, v in enumerate(t1.problem_size) if v == value]
+            if match and _SCALAR_DTYPES[a.type].startswith(("int", "uint")):
+                lines.append(f'value = "P{match[0]}"   # T1 FillValue {value} = '
+                             f"ProblemSize[{match[0]}]: follows --sizes")
+            else:
+                lines.append(f"value = {_toml_str(repr(value))}")
+        else:
+            if a.size is None:
+                raise TemplateError(f"T1 argument {a.name!r} has no Size")
+            lines += [f"dtype = {_toml_str(_ARG_DTYPES[a.type])}",
+                      f"shape = [{_toml_str(_size_text(t1, a.size.text))}]",
+                      f"fill = {_toml_str(_FILLS.get(a.fill_type or 'Constant', 'constant'))}"]
+            if (a.fill_type or "Constant") == "Constant":
+                lines.append(f"fill_value = {float(a.fill_value or 0)!r}")
+            if a.output:
+                lines.append("inout = true" if a.access == "ReadWrite" else "output = true")
+            if a.constant_memory:
+                lines.append("symbol = true")
+                if not passes:
+                    lines.append("param = false")
+        lines.append("")
+    return lines
 
 
 def _write_checked(out_dir: Path, files: Mapping[str, str]) -> Path:

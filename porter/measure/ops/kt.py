@@ -1,5 +1,7 @@
-"""The harness for kernels imported from Kernel Tuner (`porter import-kt`): arguments come from
-the template's T1 file (`t1.json` beside the space file), in its order, with its fills.
+"""The harness for kernels imported from Kernel Tuner by earlier versions of `porter import-kt`
+(op "kt" without an [op] section; imports now declare their op and run on
+porter.measure.ops.declared): arguments come from the template's T1 file (`t1.json` beside the
+space file), in its order, with its fills.
 
 T1 files carry no reference implementation, so the reference is the output of the first
 configuration of the job that runs (the T1 default when the search starts there); every later
@@ -23,10 +25,10 @@ _TYPES = {"float": ("float32", ctypes.c_float), "double": ("float64", ctypes.c_d
 
 def size_env(t1: dict, size) -> dict:
     """Names a T1 Size expression may read: ProblemSize_i and each parameter's value list."""
+    from porter.interop.kt import _values
     env = {f"ProblemSize_{i}": v for i, v in enumerate(size)}
     for p in t1["ConfigurationSpace"]["TuningParameters"]:
-        vals = p["Values"]
-        env[p["Name"]] = tuple(json.loads(vals) if isinstance(vals, str) else vals)
+        env[p["Name"]] = _values(p["Values"], p["Name"], str(p.get("Type", "int")))
     return env
 
 
@@ -63,7 +65,7 @@ class KTOp(Op):
             if a.get("MemoryType", "Vector") == "Scalar":
                 state["bufs"].append(("scalar", a))
                 continue
-            n = int(t1_expr(a["Size"])(env))
+            n = int(t1_expr(a["Size"]).walk(env))
             if a.get("FillType") == "Random":
                 arr = (rng.random(n, dtype=cp.float64) * float(a.get("FillValue", 1.0)))
                 arr = arr.astype(dtype)
