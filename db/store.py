@@ -11,39 +11,31 @@ import time
 import tomllib
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterator
 
 from sqlalchemy import func, insert, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.engine import Connection, Row
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from porter.errors import StoreError
-from porter.records import JOB_STATUSES, JobSpec, Measurement as MeasurementRecord, TrialRecord
+from porter.records import JOB_STATUSES, JobSpec, TrialRecord
 from porter.store.base import JobInfo, Store
 
 from . import migrate, queries
 from .engine import (SQLITE_BUSY_SECONDS, get_engine, normalize_url, one_line, safe_url,
                      transaction, translate)
-from .models import Job, Measurement, Template, Trial, parse_size, size_text
+from .models import Job, Measurement, Template, Trial
 from .queries import BestConfig, JobProgress
 from .read import ReadMixin
+from .rows import (_MEAS_COLS, _TRIAL_COLS, _job_info, _measurement_values, _trial_records,
+                   _trial_values)
 from .service_store import ServiceMixin
 
 FINISHED = ("done", "failed", "cancelled", "interrupted")
 # statuses whose trials have an objective worth ranking (compile-only jobs end in `compiled`)
 RANKED = ("measured", "compiled")
-
-_TRIAL_COLS = (Trial.id, Trial.number, Trial.params, Trial.config_key, Trial.status,
-               Trial.message, Trial.backend, Trial.objective, Trial.compile_seconds,
-               Trial.compile_log, Trial.registers, Trial.smem_bytes, Trial.spill_bytes,
-               Trial.stack_frame, Trial.cubin_key, Trial.device, Trial.started_at,
-               Trial.finished_at, Trial.worker)
-_MEAS_COLS = (Measurement.trial_id, Measurement.size, Measurement.ours_ms,
-              Measurement.ours_spread, Measurement.baseline, Measurement.baseline_ms,
-              Measurement.ratio, Measurement.error, Measurement.tflops, Measurement.gbps)
-
 
 class UnknownJob(StoreError):
     """No job with that id."""
@@ -360,48 +352,3 @@ def _space_version(space_text: str) -> str:
         return str(tomllib.loads(space_text).get("template", {}).get("version", ""))
     except (tomllib.TOMLDecodeError, AttributeError):
         return ""
-
-
-def _job_info(job: Row, stats: queries.JobStats | None) -> JobInfo:
-    stats = stats or queries.JobStats()
-    return JobInfo(
-        id=job.id, spec=JobSpec.from_dict(job.spec), status=job.status,
-        template_name=job.template_name, template_hash=job.template_hash,
-        message=job.message, created_at=job.created_at, started_at=job.started_at,
-        finished_at=job.finished_at, n_trials=stats.n_trials, n_measured=stats.n_measured,
-        best_objective=stats.best_objective, best_ratio=stats.best_ratio,
-        study_name=job.study_name,
-        extra={"arch": job.arch, "cancel_requested": bool(job.cancel_requested),
-               "heartbeat_at": job.heartbeat_at})
-
-
-def _trial_values(t: TrialRecord) -> dict[str, Any]:
-    return dict(number=t.number, params=dict(t.params), config_key=t.config_key,
-                status=t.status, message=t.message, backend=t.backend, objective=t.objective,
-                compile_seconds=t.compile_seconds, compile_log=t.compile_log,
-                registers=t.registers, smem_bytes=t.smem_bytes, spill_bytes=t.spill_bytes,
-                stack_frame=t.stack_frame, cubin_key=t.cubin_key, device=dict(t.device),
-                started_at=t.started_at, finished_at=t.finished_at, worker=t.worker)
-
-
-def _measurement_values(trial_id: int, m: MeasurementRecord) -> dict[str, Any]:
-    return dict(trial_id=trial_id, size=size_text(m.size), ours_ms=m.ours_ms,
-                ours_spread=m.ours_spread, baseline=m.baseline, baseline_ms=m.baseline_ms,
-                ratio=m.ratio, error=m.error, tflops=m.tflops, gbps=m.gbps)
-
-
-def _trial_records(rows: Iterable[Row], meas: Iterable[Row]) -> list[TrialRecord]:
-    by_trial: dict[int, list[MeasurementRecord]] = {}
-    for m in meas:
-        by_trial.setdefault(m.trial_id, []).append(MeasurementRecord(
-            size=parse_size(m.size), ours_ms=m.ours_ms, ours_spread=m.ours_spread,
-            baseline=m.baseline, baseline_ms=m.baseline_ms, ratio=m.ratio, error=m.error,
-            tflops=m.tflops, gbps=m.gbps))
-    return [TrialRecord(
-        number=r.number, params=r.params, config_key=r.config_key, status=r.status,
-        message=r.message, backend=r.backend, objective=r.objective,
-        compile_seconds=r.compile_seconds, compile_log=r.compile_log, registers=r.registers,
-        smem_bytes=r.smem_bytes, spill_bytes=r.spill_bytes, stack_frame=r.stack_frame,
-        cubin_key=r.cubin_key, measurements=tuple(by_trial.get(r.id, ())),
-        device=r.device or {}, started_at=r.started_at, finished_at=r.finished_at,
-        worker=r.worker) for r in rows]

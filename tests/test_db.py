@@ -175,27 +175,6 @@ def test_list_jobs(store, tpl):
     assert [j.id for j in store.list_jobs(None, template=tpl)] == ids[::-1]
 
 
-def test_template_snapshots(store, tpl):
-    """The snapshot a job stores comes back byte for byte; one row per hash; a job created
-    without one still has a bundle of its source and space file."""
-    from porter.spec.snapshot import pack, unpack
-    files = {"space.toml": b'[template]\nname = "x"\n', "kernel.cu": b"// k\n",
-             "sub/t1.json": bytes(range(256))}
-    spec = JobSpec(template=tpl, arch="sm_90a", sizes=(G,))
-    h = hashlib.sha256(tpl.encode()).hexdigest()[:16]
-    a = store.create_job(spec, tpl, h, "// k\n", '[template]\nname = "x"\n', snapshot=pack(files))
-    b = store.create_job(spec, tpl, h, "// k\n", '[template]\nname = "x"\n',
-                         snapshot=pack({"other": b""}))
-    assert store.get_job(a).template_hash == store.get_job(b).template_hash == h
-    assert unpack(store.template_snapshot(h)) == files      # the first snapshot of a hash stays
-    job = make_job(store, tpl)
-    old = unpack(store.template_snapshot(store.get_job(job).template_hash))
-    assert old == {"space.toml": b'[template]\nname = "x"\nversion = "2"\n',
-                   "kernel.cu": b"__global__ void k() {}"}
-    with pytest.raises(StoreError):
-        store.template_snapshot("ffffffffffffffff")
-
-
 def test_status_changes(store, tpl):
     job_id = make_job(store, tpl)
     store.set_job_status(job_id, "running")

@@ -14,6 +14,9 @@ from porter.errors import TemplateError
 from porter.spec import snapshot
 from porter.spec.template import BUILTIN_DIR, load_template
 
+# the store conformance suite's databases (SQLite, and PostgreSQL where it runs)
+from test_db import G, make_job, pg_url, store, tpl, url  # noqa: F401,F811
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -151,3 +154,27 @@ def test_grids_follow_the_target_multiprocessor_count():
         for sms in (114, 132):
             grid = tpl.launch(cfg, resolve_arch("sm_90a", sms), (4096, 4096, 4096)).grid
             assert grid[0] == per(sms, cfg["CLUSTER"]), (extra, sms, grid)
+
+
+def test_template_snapshots(store, tpl):
+    """The snapshot a job stores comes back byte for byte; one row per hash; a job created
+    without one still has a bundle of its source and space file."""
+    from porter.errors import StoreError
+    from porter.records import JobSpec
+    from porter.spec.snapshot import pack, unpack
+    import hashlib
+    files = {"space.toml": b'[template]\nname = "x"\n', "kernel.cu": b"// k\n",
+             "sub/t1.json": bytes(range(256))}
+    spec = JobSpec(template=tpl, arch="sm_90a", sizes=(G,))
+    h = hashlib.sha256(tpl.encode()).hexdigest()[:16]
+    a = store.create_job(spec, tpl, h, "// k\n", '[template]\nname = "x"\n', snapshot=pack(files))
+    b = store.create_job(spec, tpl, h, "// k\n", '[template]\nname = "x"\n',
+                         snapshot=pack({"other": b""}))
+    assert store.get_job(a).template_hash == store.get_job(b).template_hash == h
+    assert unpack(store.template_snapshot(h)) == files      # the first snapshot of a hash stays
+    job = make_job(store, tpl)
+    old = unpack(store.template_snapshot(store.get_job(job).template_hash))
+    assert old == {"space.toml": b'[template]\nname = "x"\nversion = "2"\n',
+                   "kernel.cu": b"__global__ void k() {}"}
+    with pytest.raises(StoreError):
+        store.template_snapshot("ffffffffffffffff")
