@@ -72,12 +72,6 @@ def make_backend(spec: JobSpec, arch: Arch, hold: bool = False) -> tuple[Backend
     return GpuBackend(seed=spec.seed, sms=dev[1] if dev else 0), ""
 
 
-def measuring_arch(arch: Arch, backend: Backend) -> Arch:
-    """The architecture row a job's expressions see: with the measuring device's own
-    multiprocessor count where there is one (arch_sms), else the job's."""
-    return arch.with_sms(backend.sms)
-
-
 def template_record(tpl: Template) -> tuple[str, str]:
     """(source, space file text) as stored with the job."""
     return tpl.source, (tpl.folder / "space.toml").read_text()
