@@ -103,7 +103,8 @@ def test_jobs_of_one_unchanged_template_share_a_snapshot_row(tmp_path):
     kernel = folder / "kernel.cu"
     kernel.write_text(kernel.read_text() + "\n// edited after two jobs\n")
     third = make()
-    with store._read("test") as conn:     # db internals, read here to count rows
+    from db.engine import get_engine
+    with get_engine(store.url).connect() as conn:
         n = conn.execute(sa.text("select count(*) from porter_templates")).scalar()
     assert n == 2
     assert store.get_job(first).template_hash == store.get_job(second).template_hash
