@@ -64,6 +64,9 @@ class Job(Base):
     study_name: Mapped[str] = mapped_column(String(200), default="")
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     heartbeat_at: Mapped[float | None] = mapped_column(Double)
+    # what people call the job and what they noted about it (the dashboard edits both)
+    name: Mapped[str] = mapped_column(String(200), default="", server_default="")
+    notes: Mapped[str] = mapped_column(Text, default="", server_default="")
 
 
 class Trial(Base):
@@ -96,6 +99,7 @@ class Trial(Base):
     started_at: Mapped[float | None] = mapped_column(Double)
     finished_at: Mapped[float | None] = mapped_column(Double)
     worker: Mapped[str] = mapped_column(String(200), default="")
+    note: Mapped[str] = mapped_column(Text, default="", server_default="")
 
 
 class Measurement(Base):

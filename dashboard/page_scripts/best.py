@@ -1,5 +1,4 @@
-"""The dashboard's best page (see dashboard/views.py)."""
-from dashboard import views
-from porter.store.base import db_url
+"""The Best configurations page (dashboard/best_view.py)."""
+from dashboard import best_view
 
-views.best_page(db_url())
+best_view.best_page()

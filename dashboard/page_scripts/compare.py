@@ -1,5 +1,4 @@
-"""The dashboard's compare page (see dashboard/views.py)."""
-from dashboard import views
-from porter.store.base import db_url
+"""The Compare page (dashboard/best_view.py): two architectures, or several jobs overlaid."""
+from dashboard import best_view
 
-views.compare_page(db_url())
+best_view.compare_page()

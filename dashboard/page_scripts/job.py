@@ -1,5 +1,4 @@
-"""The dashboard's job page (see dashboard/views.py)."""
-from dashboard import views
-from porter.store.base import db_url
+"""The Job page (dashboard/job_view.py)."""
+from dashboard import job_view
 
-views.job_page(db_url())
+job_view.job_page()

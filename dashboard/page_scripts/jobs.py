@@ -1,5 +1,4 @@
-"""The dashboard's jobs page (see dashboard/views.py)."""
-from dashboard import views
-from porter.store.base import db_url
+"""The Jobs page (dashboard/jobs_view.py)."""
+from dashboard import jobs_view
 
-views.jobs_page(db_url())
+jobs_view.jobs_page()

@@ -1,5 +1,4 @@
-"""The dashboard's submit page (see dashboard/views.py)."""
-from dashboard import views
-from porter.store.base import db_url
+"""The Submit page (dashboard/submit_view.py)."""
+from dashboard import submit_view
 
-views.submit_page(db_url())
+submit_view.submit_page()

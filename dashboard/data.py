@@ -1,0 +1,122 @@
+"""The dashboard's reads: the store's methods (porter's Store plugin, i.e. db/read.py), returned
+as pandas frames and cached on the job's version (a light query that changes whenever a trial is
+recorded or the job's status or notes change). A finished job's frames are built once; a running
+job's are rebuilt only when it has new trials. No SQL here: filtering, paging, sampling and
+aggregation happen in the database."""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from porter.store.base import db_url, open_store
+
+FAILED = ("compile_failed", "resource_rejected", "launch_failed", "wrong_result", "timeout",
+          "crashed")
+LIVE = ("queued", "running")
+METRIC_LABELS = {"time": "objective (ms, lower is better)",
+                 "ratio": "ratio (vendor time / ours)", "gbps": "GB/s", "tflops": "TFLOP/s"}
+
+
+def url() -> str:
+    return db_url()
+
+
+def safe(u: str) -> str:
+    """The URL without its password."""
+    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", u)
+
+
+@st.cache_resource(show_spinner=False)
+def store(u: str):
+    """One migrated store per database URL and server process."""
+    return open_store(u)
+
+
+def version(u: str, job_id: int) -> tuple:
+    return store(u).job_version(job_id)
+
+
+@st.cache_resource(show_spinner=False, max_entries=32)
+def template(u: str, template_hash: str):
+    """The Template a job owns, from its stored snapshot (never from disk by name)."""
+    from porter.spec.snapshot import load_snapshot
+    return load_snapshot(template_hash, store(u).template_snapshot(template_hash))
+
+
+def numeric_params(tpl) -> dict[str, list]:
+    """Parameters whose values are all numbers (they get range filters and numeric axes)."""
+    return {n: sorted(v) for n, v in tpl.params.items()
+            if all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v)}
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def convergence(u: str, job_id: int, ver: tuple, metric: str) -> pd.DataFrame:
+    rows = store(u).convergence(job_id, metric)
+    df = pd.DataFrame(rows, columns=["idx", "number", "status", "t", "value", "best"])
+    return df
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def sample(u: str, job_id: int, ver: tuple, statuses: tuple = ("measured",),
+           max_rows: int = 2000) -> pd.DataFrame:
+    """The analysis set (every k-th trial plus the best), one column per parameter."""
+    rows = store(u).trial_sample(job_id, max_rows=max_rows, statuses=statuses)
+    if not rows:
+        return pd.DataFrame()
+    df = pd.DataFrame(rows)
+    params = pd.DataFrame(list(df.pop("params")), index=df.index)
+    return pd.concat([df, params.add_prefix("p:")], axis=1)
+
+
+def measurements(u: str, job_id: int, ver: tuple) -> pd.DataFrame:
+    """One row per size of each sampled measured trial (the roofline's points)."""
+    df = sample(u, job_id, ver)
+    rows = [dict(m, number=n) for n, ms in zip(df.get("number", []), df.get("measurements", []))
+            for m in ms]
+    return pd.DataFrame(rows, columns=["number", "trial_id", "size", "ours_ms", "ratio", "gbps",
+                                       "tflops"])
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def trial_page(u: str, job_id: int, ver: tuple, statuses: tuple, ranges: tuple, sort: str,
+               descending: bool, limit: int | None, offset: int) -> tuple[pd.DataFrame, int]:
+    rows, total = store(u).trial_page(job_id, statuses or None, dict(ranges), sort, descending,
+                                      limit, offset)
+    return trial_frame(rows), total
+
+
+def trial_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    cols = ["number", "status", "objective", "ratio", "gbps", "tflops", "registers",
+            "smem_bytes", "spill_bytes", "compile_seconds", "finished", "message", "note"]
+    if not rows:
+        return pd.DataFrame(columns=cols + ["params"])
+    df = pd.DataFrame(rows)
+    df["finished"] = pd.to_datetime(df["finished_at"], unit="s")
+    df["params"] = df["params"].map(lambda p: " ".join(f"{k}={v}" for k, v in p.items()))
+    return df[cols + ["params"]]
+
+
+def job_label(r: dict) -> str:
+    name = f" “{r['name']}”" if r.get("name") else ""
+    return f"{r['job']}: {r['template']} on {r['arch']} ({r['status']}){name}"
+
+
+def leaderboard(u: str, template: str | None = None, arch: str | None = None) -> pd.DataFrame:
+    rows = store(u).leaderboard(template, arch)
+    return pd.DataFrame([{
+        "template": b.template, "arch": b.arch, "size": "x".join(map(str, b.size)),
+        "ratio": b.ratio, "ours_ms": b.ours_ms, "baseline": b.baseline,
+        "baseline_ms": b.baseline_ms, "tflops": b.tflops, "gbps": b.gbps,
+        "registers": b.registers, "smem_bytes": b.smem_bytes, "job": b.job_id,
+        "trial": b.trial_number, "gpu": (b.device or {}).get("gpu", ""), "params": b.params,
+        "config": " ".join(f"{k}={v}" for k, v in b.params.items())} for b in rows],
+        columns=["template", "arch", "size", "ratio", "ours_ms", "baseline", "baseline_ms",
+                 "tflops", "gbps", "registers", "smem_bytes", "job", "trial", "gpu", "params",
+                 "config"])
+
+
+def fmt_ratio(r) -> str:
+    return "-" if r is None or r != r else f"{r:.3f}x"
