@@ -119,7 +119,7 @@ def export(job: int, fmt: str = typer.Option("cu", "--format", help="cu, cubin, 
            out: Path = typer.Option(Path("export"), "-o", "--out"), db: Optional[str] = DbOpt):
     """Export the tuned kernels of a job."""
     import porter.api as api
-    paths = api.job(job, db).export(fmt, out)
+    paths = api.get_job(job, db).export(fmt, out)
     for p in paths:
         console.print(str(p))
 
@@ -210,19 +210,13 @@ def cancel(job: int, db: Optional[str] = DbOpt):
 @app.command()
 def dashboard(db: Optional[str] = DbOpt, port: int = typer.Option(8501, "--port"),
               address: str = typer.Option("127.0.0.1", "--address")):
-    """Serve the Streamlit dashboard on localhost."""
+    """Serve the Streamlit dashboard on localhost (stopping this stops it)."""
     import importlib.util
-    import os
-    import subprocess
-    spec = importlib.util.find_spec("dashboard.app")
-    if spec is None or not spec.origin:
+    from porter.store.base import plugin
+    if importlib.util.find_spec("streamlit") is None:
         raise PorterError("the dashboard is not installed; pip install -e '.[dashboard]'")
-    env = dict(os.environ)
-    if db:
-        env["PORTER_DB_URL"] = db
-    raise SystemExit(subprocess.call([sys.executable, "-m", "streamlit", "run", spec.origin,
-                                      "--server.address", address, "--server.port", str(port),
-                                      "--server.headless", "true"], env=env))
+    serve = plugin("dashboard")     # dashboard.launcher:serve (porter imports no dashboard)
+    raise SystemExit(serve(port, address, db))
 
 
 def main():
