@@ -111,7 +111,8 @@ def db_url(url: str | None = None) -> str:
 
 
 # the entry points pyproject.toml registers, for a checkout used without installing it
-_DEFAULT_PLUGINS = {"store": "db.store:open_store", "service": "workers.service:service"}
+_DEFAULT_PLUGINS = {"store": "db.store:open_store", "service": "workers.service:service",
+                    "dashboard": "dashboard.launcher:serve"}
 
 
 def plugin(name: str):
