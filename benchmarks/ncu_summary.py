@@ -1,10 +1,12 @@
-"""The figures worth keeping from an Nsight Compute details page of `dev_wgmma.py run --profile`.
+"""The figures worth keeping from an Nsight Compute details page (the `*_ncu_*` results files).
 
-  python benchmarks/ncu_summary.py DETAILS.txt dev_wgmma_prof.json OUT.json
+  python benchmarks/ncu_summary.py DETAILS.txt PROFILED.json OUT.json
 
 DETAILS.txt is the text of `ncu --import REP --page details`. Per kernel: its launch, the
 speed-of-light figures and the busiest pipeline; each of ours (ncu names them all after the
-kernel) is named after the variant it ran, in the order the profiled run's JSON lists them.
+kernel) is named after the variant it ran, in the order PROFILED.json's "results" list the
+entries with status "profiled" (its other keys are copied). The profiled runs came from the
+development harness benchmarks/dev_wgmma.py, now in git history (docs/notes/gemm_wgmma.md).
 """
 from __future__ import annotations
 
