@@ -209,3 +209,191 @@ def test_manifest_says_how_to_launch_a_tma_kernel(tmp_path):
         {"buffer": "B", "box": [64, 256], "swizzle": 128},
         {"buffer": "C", "box": [64, 64], "swizzle": 128},
         {"buffer": "B", "box": [0, 0], "swizzle": 128}]
+
+
+# ---- issue 17: exports that run outside porter ---------------------------------------------
+KT = ROOT / "tests" / "data" / "kt"
+
+
+def _compile_only_job(store, template, sizes, tmp_path=None):
+    from conftest import replay_job
+    return replay_job(store, template, None, arch="sm_90a", trials=1, sizes=sizes,
+                      backend="compile-only", workers=1)
+
+
+@pytest.fixture(scope="module")
+def cu_jobs(tmp_path_factory):
+    """Compile-only sm_90a jobs of every shipped template and of an imported Kernel Tuner
+    kernel, exported as cu."""
+    from porter.interop.kt import import_kt
+    tmp = tmp_path_factory.mktemp("cu")
+    store = open_store(f"sqlite:///{tmp / 'cu.db'}")
+    vadd = import_kt(KT / "vector_add.cu", KT / "vector_add.T1.json", tmp / "vector_add")
+    out = {}
+    for name, sizes in (("gemm_mma", ["1024x1024x1024"]), ("rmsnorm", ["4096x1024"]),
+                        ("gemm_wgmma", ["4096x4096x4096"]), (str(vadd), ["100000"])):
+        job_id = _compile_only_job(store, name, sizes)
+        paths = export(store, job_id, "cu", tmp / f"job{job_id}")
+        out[Path(name).name] = next(p for p in paths if p.suffix == ".cu")
+    return out
+
+
+@pytest.mark.parametrize("template", ["gemm_mma", "rmsnorm", "gemm_wgmma", "vector_add"])
+def test_exported_cu_builds_with_nvcc(cu_jobs, template, tmp_path):
+    """The .cu is one translation unit for nvcc -arch=sm_90a (which also builds portable
+    compute_90 PTX: gemm_wgmma's arch-specific body is guarded there), and with -DPORTER_MAIN
+    a program; NVRTC still compiles it without any define."""
+    import shutil
+    import subprocess
+    from porter.build.compile import _nvrtc_compile
+    cu = cu_jobs[template]
+    text = cu.read_text()
+    ok, log, _ = _nvrtc_compile(text, cu.name, ["--gpu-architecture=sm_90a", "-std=c++17"])
+    assert ok, log
+    assert f"launch_{'vector_add' if template == 'vector_add' else template}(" in text
+    nvcc = shutil.which("nvcc")
+    if not nvcc:
+        pytest.skip("no nvcc on this machine: the nvcc build of the exported .cu is not checked")
+    for args in (["-c", "-o", str(tmp_path / "k.o")],
+                 ["-DPORTER_MAIN", "-o", str(tmp_path / "prog")]):
+        r = subprocess.run([nvcc, "-arch=sm_90a", "-std=c++17", "-Werror", "all-warnings",
+                            str(cu), *args], capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-3000:]
+    assert (tmp_path / "prog").stat().st_size > 100_000
+
+
+def test_cu_guards_arch_specific_bodies_only(cu_jobs):
+    assert "__CUDA_ARCH_FEAT_SM90_ALL" in cu_jobs["gemm_wgmma"].read_text()
+    assert "__CUDA_ARCH_FEAT_SM90_ALL" not in cu_jobs["gemm_mma"].read_text()
+    wgmma = cu_jobs["gemm_wgmma"].read_text()
+    assert "cuTensorMapEncodeTiled" in wgmma and "cudaLaunchAttributeClusterDimension" in wgmma
+    # porter.cuh's own fixed-width ints only under NVRTC; nvcc takes them from <cstdint>
+    assert "#ifdef __CUDACC_RTC__\ntypedef unsigned char uint8_t;" in wgmma
+
+
+def _module(tmp_path, rows, template="gemm_wgmma"):
+    """A python-format module over a constructed tuning table (no cubins: CPU only)."""
+    from porter.export.fmt_python import python_module
+    from porter.spec.template import find_template
+    tpl = find_template(template)
+    files = {json.dumps(r["params"], sort_keys=True): f"v{i}.cubin" for i, r in enumerate(rows)}
+    path = tmp_path / f"{template}_tuned.py"
+    path.write_text(python_module(tpl, "sm_90a", rows, files))
+    return _load_module(path)
+
+
+def test_python_module_picks_a_configuration_legal_at_the_size(tmp_path):
+    """Acceptance 4: at 4096x4000x4096 the nearest tuned configuration (4096^3, re-cut last
+    rows TAILW = 224) is illegal (N % TAILW too large), so the module runs the one tuned for
+    8192^3, says so once, and refuses a size no configuration fits (K % 8 != 0)."""
+    from porter.spec.template import find_template
+    default = find_template("gemm_wgmma").start_configs()[0]
+    rows = [{"size": [4096] * 3, "params": {**default, "TAILW": 224}, "ratio": 1.005},
+            {"size": [8192] * 3, "params": {**default, "STREAMK": 1}, "ratio": 1.042}]
+    mod = _module(tmp_path, rows)
+    assert mod.nearest((4096, 4000, 4096))["size"] == [4096] * 3
+    assert mod.select((4096, 4096, 4096))["size"] == [4096] * 3      # tuned here: itself
+    with pytest.warns(UserWarning, match=r"4096x4000x4096: the nearest tuned configuration is "
+                      r"illegal there \(tuned for 4096x4096x4096: constraint .*TAILW.* fails\); "
+                      r"using the one tuned for 8192x8192x8192"):
+        chosen = mod.select((4096, 4000, 4096))
+    assert chosen["size"] == [8192] * 3
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")          # said once: the second call is silent
+        assert mod.select((4096, 4000, 4096)) is chosen
+    with pytest.raises(ValueError, match="no tuned configuration is legal at 4096x4096x4100"):
+        mod.select((4096, 4096, 4100))
+    grid, block, smem, ws = mod.geometry(chosen, (4096, 4000, 4096))
+    assert block == (384, 1, 1) and grid[0] == 132 and ws > 0     # stream-K: a workspace
+
+
+def test_python_module_carries_tensor_maps_and_clusters(tmp_path):
+    from porter.spec.template import find_template
+    default = find_template("gemm_wgmma").start_configs()[0]
+    mod = _module(tmp_path, [{"size": [4096] * 3, "params": {**default, "CLUSTER": 2}}])
+    plan = mod.KERNEL.plan(mod.TABLE[0], (4096, 4096, 4096))
+    assert plan["cluster"] == [2, 1, 1]
+    assert plan["maps"] == [("A", [64, 128], 128), ("B", [64, 128], 128), ("C", [64, 64], 128),
+                            ("B", [0, 0], 128)]
+    assert [a for a, _ in mod.SPEC["args"]] == ["A", "B", "C", "M", "N", "K", "workspace"]
+    with pytest.raises(TypeError, match="takes 6 arguments"):
+        mod.launch(1, 2, 3)
+
+
+def test_manifest_names_the_job_and_its_template_snapshot(job, tmp_path):
+    store, job_id = job
+    export(store, job_id, "python", tmp_path)
+    m = json.loads((tmp_path / "manifest.json").read_text())
+    info = store.get_job(job_id)
+    assert m["job"] == job_id and m["template_snapshot"] == info.template_hash
+    assert m["template_hash"] == info.template_hash and m["arch"] == "sm_90a"
+    assert m["gpu"].startswith("NVIDIA H200")
+    assert all(r["ours_ms"] > 0 and r["ratio"] > 0 for r in m["measurements"])
+
+
+def test_torch_format_writes_a_package(job, tmp_path):
+    store, job_id = job
+    paths = export(store, job_id, "torch", tmp_path)
+    pkg = tmp_path / "gemm_mma_torch"
+    assert (pkg / "__init__.py").is_file() and (pkg / "_kernel.py").is_file()
+    assert any(p.suffix == ".cubin" and p.parent == pkg for p in paths)
+    init = (pkg / "__init__.py").read_text()
+    assert 'custom_op("porter::gemm_mma"' in init and "register_fake" in init
+    torch = pytest.importorskip("torch")
+    import sys
+    sys.path.insert(0, str(tmp_path))
+    try:
+        __import__("gemm_mma_torch")
+    finally:
+        sys.path.remove(str(tmp_path))
+    a = torch.empty(256, 64, dtype=torch.bfloat16, device="meta")
+    b = torch.empty(128, 64, dtype=torch.bfloat16, device="meta")
+    assert torch.ops.porter.gemm_mma(a, b).shape == (256, 128)
+
+    def f(a, b):
+        return (torch.ops.porter.gemm_mma(a, b).float() * 2).sum()
+    assert torch._dynamo.explain(f)(a, b).graph_break_count == 0
+    with pytest.raises(RuntimeError, match="their second dimensions"):
+        torch.ops.porter.gemm_mma(a, b.T.contiguous())
+
+
+def test_torch_format_refuses_other_ops_in_one_line(tmp_path):
+    from porter.interop.kt import import_kt
+    store = open_store(f"sqlite:///{tmp_path / 'k.db'}")
+    vadd = import_kt(KT / "vector_add.cu", KT / "vector_add.T1.json", tmp_path / "vadd")
+    job_id = _compile_only_job(store, str(vadd), ["100000"])
+    with pytest.raises(PorterError, match="the torch format covers the gemm and rmsnorm ops"):
+        export(store, job_id, "torch", tmp_path / "out")
+    assert not (tmp_path / "out" / "vector_add_torch").exists()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("template, size, other", [
+    ("gemm_wgmma", (1000, 1032, 1040), (520, 264, 1024)),
+    ("rmsnorm", (4096, 1024), (1000, 2048))])
+def test_python_module_runs_on_the_gpu(template, size, other, tmp_path):
+    """The python export of a compile-only job launches (tensor maps, workspace) and matches
+    the op's reference at its size and at an untuned one."""
+    cp = pytest.importorskip("cupy")
+    from porter.measure.backends.gpu import gpu_available
+    if not gpu_available():
+        pytest.skip("no CUDA GPU here")
+    if template == "gemm_wgmma" and cp.cuda.Device().compute_capability != "90":
+        pytest.skip("gemm_wgmma needs an sm_90 GPU")
+    from porter.measure.ops import get_op
+    store = open_store(f"sqlite:///{tmp_path / 'g.db'}")
+    job_id = _compile_only_job(store, template, ["x".join(map(str, size))])
+    mod = _load_module(next(p for p in export(store, job_id, "python", tmp_path / "py")
+                            if p.suffix == ".py"))
+    op = get_op("gemm" if template == "gemm_wgmma" else "rmsnorm")
+    for sz in (size, other):
+        state = op.setup(sz, 7)
+        names = [a for a, k in mod.SPEC["args"] if k != "workspace"]
+        dims = dict(zip(mod.DIMS, sz))
+        args = [state[n] if n in state else dims.get(n, 1e-6) for n in names]
+        for _ in range(2):                      # the workspace is left clean for the next one
+            op.poison(state)
+            mod.launch(*args)
+            cp.cuda.Device().synchronize()
+            assert op.error(state) <= op.rtol, sz
