@@ -156,3 +156,21 @@ def test_report_of_a_warm_started_port(env):
     assert r.returncode == 0, r.stderr
     assert "warm start from sm_90a: best there " in r.stdout
     assert "as-is on sm_100a: compiled (trial 0)" in r.stdout    # tried first, as it fits
+
+
+def test_export_from_the_cli_goes_through_the_api(env, tmp_path):
+    """`porter export` writes what porter.get_job(...).export writes; a bad format or job is
+    one line and exit 2."""
+    rec = ROOT / "tests" / "data" / "replay" / "rmsnorm_h200.json.gz"
+    r = porter("port", "rmsnorm", "--arch", "sm_90a", "--backend", "replay", "--replay",
+               str(rec), "--trials", "6", **env)
+    assert r.returncode == 0, r.stderr
+    r = porter("export", "1", "--format", "torch", "-o", str(tmp_path / "t"), **env)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "t" / "rmsnorm_torch" / "__init__.py").is_file()
+    assert "torch.ops.porter.rmsnorm" in (tmp_path / "t" / "rmsnorm_torch" / "__init__.py").read_text()
+    for args, needle in ((["export", "1", "--format", "zip"], "unknown export format 'zip'"),
+                         (["export", "9", "--format", "cu"], "no job 9")):
+        r = porter(*args, "-o", str(tmp_path / "x"), **env)
+        lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+        assert r.returncode == 2 and len(lines) == 1 and needle in lines[0], r.stderr
