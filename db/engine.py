@@ -71,6 +71,9 @@ def _create(url: str) -> Engine:
         kwargs["connect_args"] = {"timeout": SQLITE_BUSY_SECONDS, "check_same_thread": False}
     else:
         kwargs["pool_pre_ping"] = True
+        if u.get_backend_name() == "postgresql":
+            # an unreachable host fails in seconds (the callers retry), not after TCP's minutes
+            kwargs["connect_args"] = {"connect_timeout": 10}
     try:
         if u.get_backend_name() == "sqlite" and not memory and not u.database.startswith("file:"):
             Path(u.database).expanduser().parent.mkdir(parents=True, exist_ok=True)

@@ -28,4 +28,6 @@ app.conf.update(
     # drive_job goes to gpu.<arch>, named per message by the submitter
     worker_hijack_root_logger=False,
     worker_cancel_long_running_tasks_on_connection_loss=False,
+    # unreadable messages go to the dead-letter list (workers/deadletter.py)
+    worker_consumer="workers.deadletter:Consumer",
 )

@@ -48,6 +48,11 @@ class Service:
                 from porter.spec.arch import get_arch
                 get_arch(q[4:])
         from .app import app
+        from .deadletter import install
+        from .health import preflight, start_reaper
+        preflight(db_url, app.conf.broker_url)
+        install()
+        start_reaper(db_url)
         gpu = any(q.startswith("gpu.") for q in queues)
         pool = "solo" if gpu else "prefork"
         conc = 1 if gpu else (concurrency or max(1, (os.cpu_count() or 2) - 1))

@@ -61,10 +61,12 @@ def _deliveries(task_id: str) -> int:
     return redis_try(incr, 1)
 
 
-def _job_id(value) -> int:
-    """The task's argument as a job id; anything else is a malformed message."""
+def _job_id(value, task: str) -> int | None:
+    """The task's argument as a job id; anything else is a malformed message, dead-lettered."""
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"a job id must be a positive integer, not {value!r}")
+        from .deadletter import push
+        push(f"{task}: a job id must be a positive integer, not {value!r:.80}", value)
+        return None
     return value
 
 
@@ -75,7 +77,9 @@ def drive_job(self, job_id) -> str:
     from porter.store.base import open_store
 
     from .driver import ServiceHooks
-    job_id = _job_id(job_id)
+    job_id = _job_id(job_id, "drive_job")
+    if job_id is None:
+        return "rejected"
     store = open_store(None)
     task_id = self.request.id or f"local-{os.getpid()}"
     n = _deliveries(task_id)
@@ -128,7 +132,9 @@ def prefetch_compiles(job_id) -> int:
     from porter.spec.snapshot import job_parts as stored_parts
     from porter.store.base import open_store
 
-    job_id = _job_id(job_id)
+    job_id = _job_id(job_id, "prefetch_compiles")
+    if job_id is None:
+        return 0
     store = open_store(None)
     try:
         info, tpl, arch = stored_parts(store, job_id)

@@ -142,7 +142,9 @@ class _Run:
 
     def __init__(self, store, job_id, spec, tpl, arch, backend, hooks, worker, on_trial):
         self.store, self.job_id, self.spec = store, job_id, spec
-        self.tpl, self.arch, self.backend, self.hooks = tpl, arch, backend, hooks
+        # arch_sms: the measuring device's own multiprocessor count where there is one
+        self.tpl, self.arch, self.backend, self.hooks = tpl, arch.with_sms(backend.sms), \
+            backend, hooks
         self.worker, self.on_trial = worker, on_trial
         self.sizes = list(spec.sizes)
         self.t0 = time.monotonic()
@@ -208,19 +210,22 @@ class _Run:
 
     def next_proposal(self) -> tuple[int, dict] | str:
         """The next (number, configuration) for this run, _WAIT while only other parties'
-        trials stand between it and the end, or _END."""
+        trials stand between it and the end, or _END. Retried whole (the lock taken again)
+        when the database drops."""
+        return self.db(self._next_locked, "asking for the next trial")
+
+    def _next_locked(self) -> tuple[int, dict] | str:
         store, searcher, hooks = self.store, self.searcher, self.hooks
         with hooks.lock():
             # the study's running trials first, the records second: a trial is recorded
             # before it is told, so one that finishes in between is seen in the records; one
             # seen in neither cannot exist (asking needs the lock)
-            running = self.db(searcher.sync, "reading the study")
-            statuses = self.db(lambda: store.trial_statuses(self.job_id), "reading the trials")
+            running = searcher.sync()
+            statuses = store.trial_statuses(self.job_id)
             foreign = [t for t in running
                        if t.number not in statuses and t.number not in self.in_flight]
             if foreign:
-                gone = self.db(lambda: hooks.reclaim(searcher.study, foreign),
-                               "reclaiming trials")
+                gone = hooks.reclaim(searcher.study, foreign)
                 foreign = [t for t in foreign if t.number not in gone]
             counted = sum(1 for st in statuses.values() if st != "infeasible")
             reserved = counted + len(self.in_flight) + len(foreign)
@@ -229,7 +234,7 @@ class _Run:
             out_of_time = self.deadline is not None and time.time() >= self.deadline
             if out_of_time or (self.budget is not None and reserved >= self.budget):
                 return _WAIT if foreign else _END
-            proposal = self.db(lambda: searcher.ask(sync=False), "asking the search")
+            proposal = searcher.ask(sync=False)
             if proposal is None:                        # the space is exhausted
                 return _WAIT if foreign else _END
             self.in_flight.add(proposal[0])
