@@ -20,7 +20,6 @@ from porter.spec.opspec import OpSpec, parse_op
 
 BUILTIN_DIR = Path(__file__).resolve().parents[2] / "search_spaces"
 INCLUDE_DIR = Path(__file__).resolve().parents[1] / "include"
-_INCLUDE_RE = re.compile(r'^\s*#\s*include\s*(.*)$', re.M)
 
 _TOP_KEYS = {"template", "sizes", "params", "constraints", "launch", "metrics", "verify",
              "tensor_maps", "resources", "seeds", "op"}
@@ -335,13 +334,13 @@ def _check_includes(name: str, source: str) -> None:
     # NVRTC from PyPI carries no CUDA headers, and templates may read nothing else
     allowed = {p.relative_to(INCLUDE_DIR).as_posix() for p in INCLUDE_DIR.rglob("*")
                if p.suffix in (".cuh", ".h")}
-    for m in _INCLUDE_RE.finditer(source):
-        arg = m.group(1).strip()
-        inner = re.fullmatch(r'["<]([^">]+)[">]', arg.split("//")[0].strip())
-        if not inner or inner.group(1) not in allowed:
-            raise TemplateError(f"template {name!r} includes {arg}, which is outside the "
-                                "project's include folder; allowed: "
-                                f"{', '.join(sorted(allowed))}")
+    # checked on what the preprocessor sees (comments, splices, digraphs, computed includes)
+    from porter.build.includes import forbidden_include
+    bad = forbidden_include(source, allowed)
+    if bad:
+        raise TemplateError(f"template {name!r} has {bad}, which is outside the project's "
+                            "include folder (name one of its headers literally); allowed: "
+                            f"{', '.join(sorted(allowed))}")
 
 
 def template_dirs() -> list[Path]:
