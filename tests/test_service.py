@@ -70,7 +70,10 @@ def env(tmp_path_factory):
     redis.Redis.from_url(BROKER).flushdb()
     e = dict(os.environ, PORTER_DB_URL=PG + name, PORTER_BROKER_URL=BROKER,
              PORTER_CACHE_DIR=str(tmp_path_factory.mktemp("cache")),
-             PORTER_STALE_TRIAL_S="5", PYTHONUNBUFFERED="1")
+             PORTER_STALE_TRIAL_S="5", PYTHONUNBUFFERED="1",
+             # the recordings the tests replay: the repository's and those tests write
+             PORTER_REPLAY_DIR=os.pathsep.join([str(ROOT / "tests" / "data"),
+                                                str(tmp_path_factory.getbasetemp())]))
     e.pop("CUDA_VISIBLE_DEVICES", None)
     yield e
     from db.store import get_engine  # noqa: F401 - engines of this process hold no connection

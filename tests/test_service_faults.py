@@ -159,3 +159,17 @@ def test_queued_work_survives_redis_restart(env, workers):
     info = wait_done(env, job, timeout=60)
     assert info.status == "done", info.message
     check_trials(env, job, 8)
+
+
+def test_replay_source_outside_data_folder(env, tmp_path_factory):
+    """A submitter cannot make workers read a host file: a replay source outside
+    PORTER_REPLAY_DIR is refused in one line and no job is recorded."""
+    outside = "/etc/hostname"
+    before = len(store(env).list_jobs(None))
+    for e in (env, {k: v for k, v in env.items() if k != "PORTER_REPLAY_DIR"}):
+        r = subprocess.run([PORTER, "submit", "gemm_mma", "--arch", "sm_90a", "--backend",
+                            "replay", "--replay", outside, "--sizes", "4096x4096x4096"],
+                           env=e, capture_output=True, text=True, cwd=ROOT, timeout=60)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert "PORTER_REPLAY_DIR" in r.stderr
+    assert len(store(env).list_jobs(None)) == before

@@ -16,6 +16,8 @@ class Service:
         from porter.spec.template import find_template
 
         from .tasks import enqueue
+        if spec.backend == "replay":
+            check_replay_source(spec.replay)
         tpl = find_template(spec.template)
         store = open_store(db_url)
         src, space = template_record(tpl)
@@ -67,6 +69,22 @@ class Service:
         store = open_store(db_url)
         store.get_job(job_id)
         store.request_cancel(job_id)
+
+
+def check_replay_source(path: str | None) -> None:
+    """The service replays only recordings inside the data folder(s) PORTER_REPLAY_DIR names
+    (os.pathsep-separated), so a submitter cannot make a worker read any file of its host."""
+    from pathlib import Path
+    roots = [Path(p).resolve() for p in os.environ.get("PORTER_REPLAY_DIR", "").split(os.pathsep)
+             if p]
+    if not roots:
+        raise PorterError("the service replays only recordings in its data folder; set "
+                          "PORTER_REPLAY_DIR to that folder and put the recording there")
+    real = Path(path or "").resolve()
+    if not any(r in real.parents for r in roots) or not real.is_file():
+        raise PorterError(f"replay source {path} is not a file inside the data folder "
+                          f"{os.pathsep.join(map(str, roots))} (PORTER_REPLAY_DIR); copy it "
+                          "there")
 
 
 def _safe(url: str) -> str:

@@ -116,7 +116,10 @@ def job_parts(store, info):
     worker loads a job's template."""
     from porter.job.jobs import make_backend
     from porter.spec.snapshot import job_parts as stored_parts
+    from .service import check_replay_source
     info, tpl, arch = stored_parts(store, info)
+    if info.spec.backend == "replay":
+        check_replay_source(info.spec.replay)      # the worker's own data folder
     backend, _ = make_backend(info.spec, arch,
                               hold=os.environ.get("PORTER_REPLAY_HOLD") == "1")
     return info, tpl, arch, backend
