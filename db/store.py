@@ -21,7 +21,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from porter.errors import StoreError
 from porter.records import JOB_STATUSES, JobSpec, TrialRecord
-from porter.store.base import JobInfo, Store
+from porter.store.base import JobInfo, Store, default_study_name
 
 from . import migrate, queries
 from .engine import (SQLITE_BUSY_SECONDS, get_engine, normalize_url, one_line, safe_url,
@@ -99,7 +99,7 @@ class SqlStore(ReadMixin, ServiceMixin, Store):
             )).inserted_primary_key[0]
             if not study_name:
                 conn.execute(update(Job).where(Job.id == job_id)
-                             .values(study_name=f"porter-job-{job_id}"))
+                             .values(study_name=default_study_name(job_id)))
         return int(job_id)
 
     def _add_template(self, conn: Connection, name: str, source_hash: str, source: str,

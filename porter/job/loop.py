@@ -33,7 +33,7 @@ from porter.records import JobSpec, TrialRecord
 from porter.search.searcher import Searcher
 from porter.spec.arch import Arch
 from porter.spec.template import Template
-from porter.store.base import Store
+from porter.store.base import Store, default_study_name
 
 log = logging.getLogger("porter.job")
 MAX_INFEASIBLE_FACTOR = 20
@@ -41,9 +41,7 @@ FINISHED = ("done", "failed", "cancelled", "interrupted")
 _WAIT, _END = "wait", "end"
 
 
-def study_name(job_id: int) -> str:
-    """The Optuna study of a job that names none."""
-    return f"porter-job-{job_id}"
+study_name = default_study_name      # the study of a job that names none
 
 
 def trial_budget(spec: JobSpec) -> int | None:

@@ -14,6 +14,12 @@ from porter.records import JobSpec, TrialRecord
 DEFAULT_DB_URL = "sqlite:///porter.db"
 
 
+def default_study_name(job_id: int) -> str:
+    """The Optuna study of a job that names none (the one definition, for every store and
+    both ways of running a job)."""
+    return f"porter-job-{job_id}"
+
+
 @dataclass(frozen=True)
 class JobInfo:
     id: int
