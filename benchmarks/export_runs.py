@@ -6,6 +6,8 @@ cubin and the vendor baseline.
     python benchmarks/export_runs.py prepare DIR      # here, no GPU: jobs, exports, cu programs
     python benchmarks/export_runs.py run DIR --out benchmarks/results/export_runs_h200.json
 
+(run starts one process per case: `export_runs.py case DIR --case NAME --out FILE`.)
+
 prepare: one job per case in DIR/porter.db holding one known-good configuration (the H200
 tunings in benchmarks/results/, compiled here: a compile-only job), exported as cu, python and
 torch; each cu file is built with nvcc -DPORTER_MAIN (where nvcc exists) into DIR/CASE/prog.
@@ -216,39 +218,57 @@ def run_case(child, case_dir: Path, size, rec_base: dict) -> list[dict]:
     return out
 
 
-def run(out_dir: Path, result: Path) -> None:
-    import cupy as cp
+def run_one(out_dir: Path, case: str, result: Path) -> None:
+    """One case in this process (its torch op registers `porter::TEMPLATE` once per process:
+    each case runs in a process of its own)."""
     from porter.measure.backends.gpu_child import Child
     child = Child({"seed": 0, "min_repeats": 20, "max_repeats": 400, "target_ms": 200.0})
     dev = child.device
+    size = next(c[2] for c in CASES if c[0] == case)
     base = {"arch": ARCH, "gpu": dev.get("gpu"), "driver": dev.get("driver"),
             "date": datetime.date.today().isoformat()}
-    records, errors = [], {}
-    for case, _, size, _ in CASES:
-        try:
-            records += run_case(child, out_dir / case, size, base)
-        except Exception as e:  # noqa: BLE001 - a case that fails is reported, the rest run
-            import traceback
-            errors[case] = traceback.format_exc()[-2000:]
-        cp.get_default_memory_pool().free_all_blocks()
-        result.write_text(json.dumps({"records": records, "errors": errors,
-                                      "device": dev}, indent=1, default=str))
+    result.write_text(json.dumps({"records": run_case(child, out_dir / case, size, base),
+                                  "device": dev}, default=str))
+
+
+def run(out_dir: Path, result: Path) -> None:
+    records, errors, device = [], {}, {}
+    for case, _, _, _ in CASES:
+        part = out_dir / f"{case}.result.json"
+        part.unlink(missing_ok=True)
+        r = subprocess.run([sys.executable, __file__, "case", str(out_dir), "--case", case,
+                            "--out", str(part)], capture_output=True, text=True, timeout=400)
+        if r.returncode == 0 and part.exists():
+            data = json.loads(part.read_text())
+            records += data["records"]
+            device = device or data["device"]
+        else:
+            errors[case] = (r.stdout + r.stderr)[-3000:]
+        result.write_text(json.dumps({"records": records, "errors": errors, "device": device},
+                                     indent=1, default=str))
     for r in records:
         print(f"{r['template']:11s} {'x'.join(map(str, r['shape'])):>16s} {r['format']:6s} "
               f"correct={r['correct']} export/porter={r['time_vs_porter'] or 0:.3f} "
-              f"vendor/export={r['ratio'] or 0:.3f}")
-    for case, tb in errors.items():
-        print(f"{case}: FAILED\n{tb}")
+              f"vendor/export={r['ratio'] or 0:.3f}"
+              + (f" graph_breaks={r['graph_breaks']}" if r["format"] == "torch" else ""))
+    for case, tail in errors.items():
+        print(f"{case}: FAILED\n{tail}")
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("step", choices=("prepare", "run"))
+    p.add_argument("step", choices=("prepare", "run", "case"))
     p.add_argument("dir", type=Path)
+    p.add_argument("--case", help="with `case`: the one case to run in this process")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" /
                    "export_runs_h200.json")
     a = p.parse_args()
-    prepare(a.dir) if a.step == "prepare" else run(a.dir, a.out)
+    if a.step == "prepare":
+        prepare(a.dir)
+    elif a.step == "case":
+        run_one(a.dir, a.case, a.out)
+    else:
+        run(a.dir, a.out)
 
 
 if __name__ == "__main__":
