@@ -1,6 +1,6 @@
-"""Round trip of the `python` export on a GPU: the exported module, loaded with CuPy in a fresh
-process, gives the same output as the engine's best variant on the same inputs and a time within
-5% of it, measured side by side in one process.
+"""Round trip of the `python` export on a GPU: the exported module, launched through
+cuda-bindings in a fresh process, gives the same output as the engine's best variant on the
+same inputs and a time within 5% of it, measured side by side in one process.
 
     python benchmarks/export_check.py --out DIR                   # short GPU ports, then the check
     python benchmarks/export_check.py --out DIR --db URL --job 3  # an existing measured job
@@ -124,9 +124,11 @@ import os
 e = m.TABLE[0]
 assert os.path.isfile(os.path.join(m._HERE, e["file"])), e["file"]
 g = m.geometry(e, e["size"])
-assert list(g[0]) == e["grid"] and list(g[1]) == e["block"] and g[2] == e["smem"], g
+man = json.load(open(os.path.join(m._HERE, "manifest.json")))
+L = next(x["launch"] for x in man["measurements"] if x["size"] == e["size"])
+assert list(g[0]) == L["grid"] and list(g[1]) == L["block"] and g[2] == L["smem_bytes"], g
 assert m.nearest(e["size"]) is e
-print(json.dumps({"kernel": m.KERNEL, "arch": m.ARCH, "entries": len(m.TABLE),
+print(json.dumps({"kernel": m.SPEC["kernel"], "arch": m.SPEC["arch"], "entries": len(m.TABLE),
                   "porter_loaded": any(k.split(".")[0] == "porter" for k in sys.modules)}))
 """
 
@@ -186,7 +188,7 @@ def roundtrip(module: str, db: str, job: int, rounds: int) -> dict:
             raise Failed(f"{tpl.name}: the engine's variant cannot launch: {engine}")
         # the exported module, on the same buffers (it brings its own workspace)
         xargs = tuple(_np_args(op.args(state, 0)))
-        if tuned.NEEDS_WORKSPACE:
+        if any(kind == "workspace" for _, kind in tuned.SPEC["args"]):
             xargs = xargs[:-1]
 
         def export():

@@ -44,6 +44,8 @@ def address(x):
         return int(x.__cuda_array_interface__["data"][0])
     if isinstance(x, ctypes.c_void_p):
         return int(x.value or 0)
+    if hasattr(x, "__index__"):                  # numpy integers
+        return x.__index__()
     raise TypeError(f"cannot take a device address of {type(x).__name__}")
 
 
