@@ -81,11 +81,18 @@ def analysis(u: str, job: dict, ver: tuple) -> None:
     log = c[1].toggle("log scale", key="an_log")
     y = _objective(df, metric)
     st.caption(f"{len(df)} measured trials (every k-th and the 50 best) of {job['n_measured']}.")
-    label = data.METRIC_LABELS[metric]
 
-    st.subheader("Parameter importance")
-    left, right = st.columns(2)
     imp = anova(df, y, names)
+    ranked = list(imp["param"]) or names
+    views = st.tabs(list(VIEWS), key="an_view", bind="query-params")
+    for view, draw in zip(views, VIEWS.values()):
+        if view.open:
+            with view:
+                draw(df, y, names, ranked, imp, metric, log, job)
+
+
+def _importance(df, y, names, ranked, imp, metric, log, job) -> None:
+    left, right = st.columns(2)
     left.markdown("**ANOVA** (one parameter at a time)")
     with left:
         _bar(imp, "imp_anova")
@@ -99,8 +106,11 @@ def analysis(u: str, job: dict, ver: tuple) -> None:
             right.warning(f"fANOVA unavailable on these trials: {e}")
     right.caption(FANOVA_NOTE)
 
-    ranked = list(imp["param"]) or names
-    st.subheader("Slice")
+
+def _slice(df, y, names, ranked, imp, metric, log, job) -> None:
+    label = data.METRIC_LABELS[metric]
+    st.caption("Slice: each point a trial, its objective against one parameter's value "
+               "(colour: trial number, later trials brighter).")
     pick = st.multiselect("parameters", names, default=ranked[:4], key="an_slice")
     if pick:
         fig = make_subplots(rows=1, cols=len(pick), shared_yaxes=True, subplot_titles=pick)
@@ -113,7 +123,10 @@ def analysis(u: str, job: dict, ver: tuple) -> None:
                           yaxis_title=label)
         st.plotly_chart(fig, key="an_slice_chart")
 
-    st.subheader("Contour")
+
+def _contour(df, y, names, ranked, imp, metric, log, job) -> None:
+    st.caption("Contour: the best objective reached at each pair of values of two "
+               "parameters.")
     c = st.columns(2)
     if len(names) >= 2:
         px_ = c[0].selectbox("x", names, index=names.index(ranked[0]), key="an_cx")
@@ -129,7 +142,11 @@ def analysis(u: str, job: dict, ver: tuple) -> None:
     else:
         st.caption("A contour needs two parameters that vary.")
 
-    st.subheader("Empirical distribution (EDF)")
+
+def _edf(df, y, names, ranked, imp, metric, log, job) -> None:
+    label = data.METRIC_LABELS[metric]
+    st.caption("Empirical distribution: the fraction of measured trials at or below each "
+               "objective value (the Compare page overlays several jobs).")
     v = np.sort(y.dropna().to_numpy())
     fig = go.Figure(go.Scatter(x=v, y=np.arange(1, len(v) + 1) / max(1, len(v)),
                                mode="lines", line={"shape": "hv"}, name=f"job {job['id']}"))
@@ -137,7 +154,10 @@ def analysis(u: str, job: dict, ver: tuple) -> None:
                       yaxis_title="fraction of trials ≤ x", xaxis_type="log" if log else "linear")
     st.plotly_chart(fig, key="an_edf")
 
-    st.subheader("Parallel coordinates")
+
+def _parcoords(df, y, names, ranked, imp, metric, log, job) -> None:
+    st.caption("Parallel coordinates: one line per trial through the chosen parameters to "
+               "its objective; drag along an axis to filter.")
     axes = st.multiselect("axes", names, default=ranked[:6], key="an_axes")
     dims = []
     for n in axes:
@@ -150,3 +170,7 @@ def analysis(u: str, job: dict, ver: tuple) -> None:
                                        "reversescale": not HIGHER[metric]}, dimensions=dims))
     fig.update_layout(height=420, margin={"t": 50})
     st.plotly_chart(fig, key="an_parcoords")
+
+
+VIEWS = {"Importance": _importance, "Slice": _slice, "Contour": _contour,
+         "EDF": _edf, "Parallel coordinates": _parcoords}

@@ -136,7 +136,7 @@ def overlay(u: str, store) -> None:
     samplers on one)."""
     search = st.text_input("find jobs", key="ov_search",
                            placeholder="id, template, architecture, name or status")
-    rows, _ = store.job_rows(200, 0, search)
+    rows, _ = data.job_choices(u, search, 200)
     labels = {r["job"]: data.job_label(r) for r in rows}
     wanted = [int(j) for j in st.query_params.get_all("jobs") if j.isdigit()]
     for j in wanted:
@@ -158,10 +158,10 @@ def overlay(u: str, store) -> None:
         return
     conv, edf = go.Figure(), go.Figure()
     for j in picked:
-        d = store.job_detail(j)
+        ver = data.version(u, j)
+        d = data.job(u, j, ver)
         if d is None:
             continue
-        ver = data.version(u, j)
         df = data.convergence(u, j, ver, metric)
         if df["best"].notna().any():
             t0 = d["started_at"] or df["t"].min()

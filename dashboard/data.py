@@ -16,6 +16,10 @@ from porter.store.base import db_url, open_store
 FAILED = ("compile_failed", "resource_rejected", "launch_failed", "wrong_result", "timeout",
           "crashed")
 LIVE = ("queued", "running")
+# points a chart gets at most: SVG markers cost the browser about a millisecond each on a small
+# CPU-only machine, so the series come downsampled from the store (every improvement kept)
+CONVERGENCE_POINTS = 1000
+SAMPLE_ROWS = 800
 METRIC_LABELS = {"time": "objective (ms, lower is better)",
                  "ratio": "ratio (vendor time / ours)", "gbps": "GB/s", "tflops": "TFLOP/s"}
 
@@ -39,6 +43,18 @@ def version(u: str, job_id: int) -> tuple:
     return store(u).job_version(job_id)
 
 
+@st.cache_data(show_spinner=False, max_entries=64)
+def job(u: str, job_id: int, ver: tuple) -> dict | None:
+    """The job's row, counts and bests (db/read.py job_detail) at this version."""
+    return store(u).job_detail(job_id)
+
+
+@st.cache_data(show_spinner=False, max_entries=64, ttl=5)
+def job_choices(u: str, search: str, limit: int = 100) -> tuple[list[dict], int]:
+    """The newest jobs matching a search (the pickers' options; a few seconds old at most)."""
+    return store(u).job_rows(limit, 0, search, stats=False)
+
+
 @st.cache_resource(show_spinner=False, max_entries=32)
 def template(u: str, template_hash: str):
     """The Template a job owns, from its stored snapshot (never from disk by name)."""
@@ -54,14 +70,14 @@ def numeric_params(tpl) -> dict[str, list]:
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def convergence(u: str, job_id: int, ver: tuple, metric: str) -> pd.DataFrame:
-    rows = store(u).convergence(job_id, metric)
+    rows = store(u).convergence(job_id, metric, CONVERGENCE_POINTS)
     df = pd.DataFrame(rows, columns=["idx", "number", "status", "t", "value", "best"])
     return df
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def sample(u: str, job_id: int, ver: tuple, statuses: tuple = ("measured",),
-           max_rows: int = 2000) -> pd.DataFrame:
+           max_rows: int = SAMPLE_ROWS) -> pd.DataFrame:
     """The analysis set (every k-th trial plus the best), one column per parameter."""
     rows = store(u).trial_sample(job_id, max_rows=max_rows, statuses=statuses)
     if not rows:
@@ -71,9 +87,13 @@ def sample(u: str, job_id: int, ver: tuple, statuses: tuple = ("measured",),
     return pd.concat([df, params.add_prefix("p:")], axis=1)
 
 
+RESOURCE_STATUSES = ("measured", "compiled", "resource_rejected")
+
+
 def measurements(u: str, job_id: int, ver: tuple) -> pd.DataFrame:
-    """One row per size of each sampled measured trial (the roofline's points)."""
-    df = sample(u, job_id, ver)
+    """One row per size of each sampled measured trial (the roofline's points; the same
+    sample as the resource views)."""
+    df = sample(u, job_id, ver, RESOURCE_STATUSES)
     rows = [dict(m, number=n) for n, ms in zip(df.get("number", []), df.get("measurements", []))
             for m in ms]
     return pd.DataFrame(rows, columns=["number", "trial_id", "size", "ours_ms", "ratio", "gbps",

@@ -159,14 +159,14 @@ def failures(u: str, job: dict, ver: tuple) -> None:
     if not failed:
         st.caption("No failed trial.")
         return
-    df, total = data.trial_page(u, job["id"], ver, failed, (), "number", False, 50, 0)
+    df, total = data.trial_page(u, job["id"], ver, failed, (), "number", False, 20, 0)
     st.caption(f"The first {len(df)} of {total} failed trials; the Trials tab filters them all.")
-    for r in df.itertuples():
-        with st.expander(f"trial {r.number}: {r.status} · {r.params}"):
-            st.write(r.message or "")
-            if st.button("compile log and source", key=f"fail_{r.number}"):
-                trial_detail(u, job, int(r.number))
-
+    st.dataframe(df[["number", "status", "message", "params"]], hide_index=True,
+                 key="fail_table", width="stretch")
+    number = st.selectbox("detail of", df["number"], index=None, key="fail_pick",
+                          placeholder="a failed trial's compile log, source and resources")
+    if number is not None:
+        trial_detail(u, job, int(number))
 
 def top(u: str, job: dict, ver: tuple) -> None:
     df, _ = data.trial_page(u, job["id"], ver, ("measured", "compiled"), (), "objective",

@@ -22,13 +22,13 @@ def job_page() -> None:
     job_id = _pick(u)
     if job_id is None:
         return
-    job = data.store(u).job_detail(job_id)
+    job = data.job(u, job_id, data.version(u, job_id))
     live = job["status"] in data.LIVE
     every = REFRESH_SECONDS if live else None
 
     @st.fragment(run_every=every)
     def header():
-        d = data.store(u).job_detail(job_id)
+        d = data.job(u, job_id, data.version(u, job_id))
         if d is None:
             st.warning(f"Job {job_id} was deleted.")
             return
@@ -49,18 +49,17 @@ def job_page() -> None:
 
 
 def _pick(u: str) -> int | None:
-    store = data.store(u)
     wanted = st.query_params.get("job")
     c = st.columns([2, 3])
     search = c[0].text_input("find a job", key="job_search",
                              placeholder="id, template, architecture, name or status")
-    rows, total = store.job_rows(100, 0, search)
+    rows, total = data.job_choices(u, search)
     labels = {r["job"]: data.job_label(r) for r in rows}
     current = None
     if wanted is not None:
         if not str(wanted).isdigit():
             st.error(f"“{wanted}” is not a job id (a number).")
-        elif (d := store.job_detail(int(wanted))) is None:
+        elif (d := data.job(u, int(wanted), data.version(u, int(wanted)))) is None:
             st.error(f"No job {wanted} in {data.safe(u)}. Pick one below or search.")
         else:
             current = int(wanted)
@@ -125,6 +124,7 @@ def _manage(u: str, job: dict) -> None:
             notes = st.text_area("notes", value=job["notes"], key="job_notes_text")
             if st.form_submit_button("Save"):
                 store.set_job_notes(job_id, name=name, notes=notes)
+                data.job_choices.clear()
                 st.rerun()
         c = st.columns(2)
         if job["status"] in data.LIVE:

@@ -96,7 +96,7 @@ def roofline(u: str, job: dict, ver: tuple) -> None:
 
 def resources(u: str, job: dict, ver: tuple) -> None:
     from porter.spec.arch import get_arch
-    df = data.sample(u, job["id"], ver, ("measured", "compiled", "resource_rejected"))
+    df = data.sample(u, job["id"], ver, data.RESOURCE_STATUSES)
     if df.empty or df["registers"].isna().all():
         st.info("No trial with resource figures (registers, shared memory) yet.")
         return
@@ -138,10 +138,13 @@ def resources(u: str, job: dict, ver: tuple) -> None:
 
 
 def kernel_views(u: str, job: dict, ver: tuple) -> None:
-    st.subheader("Roofline")
-    roofline(u, job, ver)
-    st.subheader("Resources")
-    resources(u, job, ver)
+    roof, res = st.tabs(["Roofline", "Resources"], key="kv", bind="query-params")
+    if roof.open:
+        with roof:
+            roofline(u, job, ver)
+    if res.open:
+        with res:
+            resources(u, job, ver)
 
 
 def peaks_frame() -> pd.DataFrame:

@@ -64,20 +64,23 @@ class ReadMixin:
     # ---- jobs
 
     def job_rows(self, limit: int = 50, offset: int = 0, search: str = "",
-                 status: str | None = None) -> tuple[list[dict[str, Any]], int]:
-        """A page of jobs, newest first, with their progress; and how many jobs match. `search`
-        matches a job id exactly, or part of a template, architecture, name or status."""
+                 status: str | None = None,
+                 stats: bool = True) -> tuple[list[dict[str, Any]], int]:
+        """A page of jobs, newest first, with their progress (stats=False: without trial
+        counts and bests, which cost a pass over big jobs' trials); and how many jobs match.
+        `search` matches a job id exactly, or part of a template, architecture, name or
+        status."""
         q = _search(select(Job.__table__), search)
         if status:
             q = q.where(Job.status == status)
         with self._read("listing jobs") as conn:
             total = conn.execute(select(func.count()).select_from(q.subquery())).scalar()
             rows = conn.execute(q.order_by(Job.id.desc()).limit(limit).offset(offset)).all()
-            stats = job_stats(conn, [r.id for r in rows])
+            per_job = job_stats(conn, [r.id for r in rows]) if stats else {}
         now = time.time()
         out = []
         for r in rows:
-            s = stats.get(r.id)
+            s = per_job.get(r.id)
             budget = (r.spec or {}).get("trials")
             n = s.n_trials if s else 0
             out.append({
@@ -142,22 +145,23 @@ class ReadMixin:
 
     def convergence(self, job_id: int, metric: str = "time",
                     max_points: int = 1500) -> list[dict[str, Any]]:
-        """The best so far in finishing order, forward-filled over failed trials: every trial
-        that improved it, every k-th trial (k keeps about max_points), and the last. Each row:
-        idx (1-based position), number, status, t (finished_at), value (this trial's metric,
-        None if it has none) and best."""
+        """The best so far in the order trials were recorded (they are recorded as they
+        finish), forward-filled over failed trials: every trial that improved it, every k-th
+        trial (k keeps about max_points), and the last. Each row: idx (1-based position),
+        number, status, t (finished_at), value (this trial's metric, None if it has none) and
+        best."""
         col, higher = METRICS[metric]
         ranked = Trial.status.in_(RANKED) if col is None else Trial.status == "measured"
         if col is None:
-            base = select(Trial.number, Trial.status, Trial.finished_at, Trial.started_at,
+            base = select(Trial.id, Trial.number, Trial.status, Trial.finished_at,
                           case((ranked, Trial.objective), else_=None).label("v"))
         else:
             agg = _per_trial(job_id).subquery("agg")
-            base = (select(Trial.number, Trial.status, Trial.finished_at, Trial.started_at,
+            base = (select(Trial.id, Trial.number, Trial.status, Trial.finished_at,
                            case((ranked, getattr(agg.c, col)), else_=None).label("v"))
                     .outerjoin(agg, agg.c.trial_id == Trial.id))
         base = base.where(Trial.job_id == job_id).subquery("base")
-        order = (func.coalesce(base.c.finished_at, base.c.started_at), base.c.number)
+        order = base.c.id
         v = base.c.v
         best = (func.max if higher else func.min)(v).over(order_by=order, rows=(None, 0))
         w = select(base.c.number, base.c.status, base.c.finished_at, v.label("value"),
@@ -231,15 +235,15 @@ class ReadMixin:
 
     def trial_sample(self, job_id: int, max_rows: int = 2000, best: int = 50,
                      statuses: Iterable[str] = ("measured",)) -> list[dict[str, Any]]:
-        """The analysis set: every k-th trial in the statuses (k keeps about max_rows) and the
-        `best` lowest objectives, with their per-trial aggregates and measurements."""
+        """The analysis set: the trials in the statuses whose number is a multiple of k (k
+        keeps about max_rows) and the `best` lowest objectives, with their per-trial
+        aggregates and measurements."""
         where = (Trial.job_id == job_id, Trial.status.in_(list(statuses)))
         with self._read("sampling a job's trials") as conn:
             n = conn.execute(select(func.count()).where(*where)).scalar() or 0
             step = max(1, math.ceil(n / max_rows))
-            pos = func.row_number().over(order_by=Trial.number)
-            ranked = select(Trial.id, pos.label("pos")).where(*where).subquery("r")
-            ids = set(conn.execute(select(ranked.c.id).where(ranked.c.pos % step == 0)).scalars())
+            ids = set(conn.execute(select(Trial.id).where(*where, Trial.number % step == 0))
+                      .scalars())
             ids |= set(conn.execute(select(Trial.id).where(*where, Trial.objective.is_not(None))
                                     .order_by(Trial.objective, Trial.number).limit(best))
                        .scalars())
