@@ -113,9 +113,11 @@ def have_browser() -> str | None:
 
 
 def drawn(driver) -> bool:
-    """The page has finished: a title, no running indicator or skeleton, every Plotly chart
-    has drawn its SVG."""
+    """The page has finished: Streamlit says its script is not running, a title, no running
+    indicator or skeleton, every Plotly chart has drawn its SVG."""
     return bool(driver.execute_script("""
+        const app = document.querySelector('[data-testid="stApp"]');
+        if (!app || app.getAttribute('data-test-script-state') !== 'notRunning') return false;
         const h1 = document.querySelector('h1');
         if (!h1 || !h1.innerText.trim()) return false;
         if (document.querySelector('[data-testid="stStatusWidget"] button, [data-testid="stSpinner"], [data-testid="stSkeleton"]')) return false;
