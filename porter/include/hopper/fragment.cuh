@@ -24,6 +24,15 @@ __device__ __forceinline__ void acc_to_a_bf16(const float* d, uint32_t* a) {
   for (int i = 0; i < kN / 4; ++i) a[i] = pack_bf16x2(d[2 * i], d[2 * i + 1]);
 }
 
+// Four 8x8 b16 matrices to shared memory: lane t gives the address of row t % 8 of matrix
+// t / 8; register i holds this thread's pair of matrix i in the accumulator layout (so an
+// m64 accumulator's columns 16j..16j+15 of a warp's 16 rows are one call).
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2,
+                                            uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
+               :: "r"(addr), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
+}
+
 // Reductions across the quad that shares a row.
 __device__ __forceinline__ float quad_max(float v) {
   v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));

@@ -7,6 +7,9 @@
 //   wgmma_bf16.cuh the m64nNk16 bf16 instructions, SS and RS (generated)
 //   fragment.cuh   accumulator / A-operand register layouts, quad reductions
 //   warpgroup.cuh  warpgroup indices, setmaxnreg
+//   epilogue.cuh   accumulators to a row-major bf16 matrix: direct, staged, stmatrix + TMA store
+//   tile_scheduler.cuh  a GEMM's work items: grouped raster, persistent, split-K, stream-K
+//   tile_reduce.cuh     tiles computed in parts summed through a workspace (split-K, stream-K)
 // A Blackwell (tcgen05 / TMEM) set would sit beside this folder as blackwell/, sharing the
 // TMA and barrier parts.
 #pragma once
@@ -16,3 +19,6 @@
 #include "hopper/wgmma.cuh"
 #include "hopper/fragment.cuh"
 #include "hopper/warpgroup.cuh"
+#include "hopper/epilogue.cuh"
+#include "hopper/tile_scheduler.cuh"
+#include "hopper/tile_reduce.cuh"

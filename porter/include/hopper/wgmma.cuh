@@ -66,6 +66,23 @@ __device__ __forceinline__ void mma_ss_k(float* d, uint32_t a0, uint32_t a_box, 
   }
 }
 
+// kMT m64 tiles of A (a_tile bytes apart) against one B: D[t][64 x N] += A_t B, the MMAs of
+// each k16 step issued back to back for every tile (B's descriptor made once a step). Always
+// accumulates (zero D first).
+template <int kN, int kSteps, int kMT, int kRegs>
+__device__ __forceinline__ void mma_ss_k_tiles(float (*d)[kRegs], uint32_t a0, uint32_t a_tile,
+                                               uint32_t a_box, uint32_t b0, uint32_t b_box) {
+  static_assert(kN / 2 <= kRegs, "the accumulator rows hold N / 2 floats");
+#pragma unroll
+  for (int kk = 0; kk < kSteps; ++kk) {
+    const uint32_t off = (kk % 4) * 32;
+    const uint64_t db = desc_k_sw128(b0 + (kk / 4) * b_box + off);
+#pragma unroll
+    for (int t = 0; t < kMT; ++t)
+      wgmma_bf16<kN, 0>::ss_acc(d[t], desc_k_sw128(a0 + (kk / 4) * a_box + t * a_tile + off), db);
+  }
+}
+
 // D[64 x N] += A B with A in registers (4 words per k16 step, fragment.cuh) and B MN-major:
 // b0 addresses row 0 of the first 64-column box, boxes b_box bytes apart.
 template <int kN, int kSteps>
