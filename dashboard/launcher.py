@@ -23,7 +23,7 @@ GRACE_S = 10.0
 def command(port: int, address: str) -> list[str]:
     return [sys.executable, "-m", "streamlit", "run", str(APP), "--server.address", address,
             "--server.port", str(port), "--server.headless", "true",
-            "--browser.gatherUsageStats", "false"]
+            "--browser.gatherUsageStats", "false", "--client.toolbarMode", "minimal"]
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec

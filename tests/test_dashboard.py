@@ -5,7 +5,7 @@ job control (notes, rename, cancel, delete with confirmation) and Submit without
 background `porter port`, and no job row left behind when a submission fails)."""
 from __future__ import annotations
 
-import shutil
+import sqlite3
 import time
 from pathlib import Path
 
@@ -38,10 +38,16 @@ def open_page(monkeypatch, url: str, page: str | None = None, **query) -> AppTes
 def own_db(replayed_db, tmp_path):
     """A copy of the replayed database that a test may change."""
     from porter.store.base import open_store
-    path = Path(replayed_db.url.removeprefix("sqlite:///"))
-    shutil.copy(path, tmp_path / "porter.db")
-    url = f"sqlite:///{tmp_path / 'porter.db'}"
+    url = copy_sqlite(replayed_db.url, tmp_path / "porter.db")
     return url, open_store(url)
+
+
+def copy_sqlite(url: str, dest: Path) -> str:
+    """A copy of a SQLite database, what its write-ahead log holds included (a plain file copy
+    would miss the newest commits)."""
+    with sqlite3.connect(url.removeprefix("sqlite:///")) as src, sqlite3.connect(dest) as dst:
+        src.backup(dst)
+    return f"sqlite:///{dest}"
 
 
 def metrics(at: AppTest) -> dict[str, str]:

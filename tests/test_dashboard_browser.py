@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
+import sqlite3
 import socket
 import subprocess
 import sys
@@ -41,6 +41,14 @@ EXCEPTION_TEXT = ("Traceback (most recent call last)", "StreamlitAPIException",
                   "Error running app", "Page not found")
 
 
+def copy_sqlite(url: str, dest: Path) -> str:
+    """A copy of a SQLite database, what its write-ahead log holds included (a plain file copy
+    would miss the newest commits)."""
+    with sqlite3.connect(url.removeprefix("sqlite:///")) as src, sqlite3.connect(dest) as dst:
+        src.backup(dst)
+    return f"sqlite:///{dest}"
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -55,7 +63,7 @@ def start_server(db_url: str, log_path: Path, app: Path = ROOT / "dashboard" / "
     proc = subprocess.Popen(
         [sys.executable, "-m", "streamlit", "run", str(app), "--server.address", "127.0.0.1",
          "--server.port", str(port), "--server.headless", "true",
-         "--browser.gatherUsageStats", "false"],
+         "--browser.gatherUsageStats", "false", "--client.toolbarMode", "minimal"],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
@@ -155,7 +163,14 @@ def metric(driver, label: str) -> str | None:
     return None
 
 
-def shoot(driver, name: str) -> None:
+def shoot(driver, name: str, top_css: str | None = None) -> None:
+    """A screenshot of the viewport; with top_css, scrolled so that element is at the top."""
+    if top_css:
+        from selenium.webdriver.common.by import By
+        els = driver.find_elements(By.CSS_SELECTOR, top_css)
+        if els:
+            driver.execute_script("arguments[0].scrollIntoView({block: 'start'});", els[0])
+            time.sleep(0.3)
     ARTIFACTS.mkdir(exist_ok=True)
     driver.save_screenshot(str(ARTIFACTS / f"dashboard_{name}.png"))
     if os.environ.get("PORTER_SCREENSHOTS"):
@@ -177,8 +192,7 @@ def live_db(replayed_db, tmp_path_factory):
     """The replayed jobs plus a running job that gets a trial every 0.4 s."""
     from porter.store.base import open_store
     folder = tmp_path_factory.mktemp("live")
-    shutil.copy(replayed_db.url.removeprefix("sqlite:///"), folder / "porter.db")
-    url = f"sqlite:///{folder / 'porter.db'}"
+    url = copy_sqlite(replayed_db.url, folder / "porter.db")
     store = open_store(url)
     src = replayed_db.jobs["rmsnorm/sm_90a"]
     info = store.get_job(src)
@@ -262,8 +276,16 @@ def test_every_job_tab(server, browser, live_db):
             time.sleep(0.3)
             wait_drawn(browser)
             assert exception_text(browser) is None, (view, exception_text(browser))
-            shoot(browser, "job_" + view.lower().replace(" ", "_"))
+            shoot(browser, "job_" + view.lower().replace(" ", "_"), '[data-testid="stTabs"]')
         assert f"tab={tab.replace(' ', '+')}" in browser.current_url or tab == TABS[0]
+
+
+def test_compile_only_job_resources(server, browser, live_db):
+    job = live_db.jobs["gemm_mma/sm_80"]
+    body = visit(browser, f"{server}/job?job={job}&tab=Kernel&kv=Resources", "Job",
+                 None)
+    shoot(browser, "job_resources_compile_only", '[data-testid="stTabs"]')
+    assert "Compile-only job" in body and "Occupancy from the sm_80 table" in body
 
 
 def test_unknown_job_says_so(server, browser):
