@@ -122,8 +122,9 @@ def test_sizes_drive_the_imported_arguments(tmp_path):
     ("list(range(10**9))", "at most 1000000"),
     ("[0] * 1000000000", "more than 1000000"),
     ("[2**2**2**2**2**2]", "exponent too large"),
-    ("[i for i in range(10**6) for j in range(10**6)]", "more than 1000000"),
-    ("[i for i in range(10**6) for j in range(10**6) if j < 0]", "2 s"),
+    # whichever bound comes first on a busy machine: the elements or the time
+    ("[i for i in range(10**6) for j in range(10**6)]", ("more than 1000000", "longer than 2 s")),
+    ("[i for i in range(10**6) for j in range(10**6) if j < 0]", ("2 s", "steps")),
     ("__import__('os').listdir('.')", "calls something other than"),
     ("[x.real for x in range(3)]", "Attribute"),
 ])
@@ -135,7 +136,8 @@ def test_values_that_would_hang_or_escape_are_refused_in_one_line(tmp_path, valu
     t0 = time.monotonic()
     with pytest.raises(TemplateError) as e:
         load_t1(path)
-    assert says in str(e.value) and "\n" not in str(e.value)
+    says = (says,) if isinstance(says, str) else says
+    assert any(s in str(e.value) for s in says) and "\n" not in str(e.value)
     assert "block_size_x" in str(e.value)
     assert time.monotonic() - t0 < 30            # bounded, never a hang
 
