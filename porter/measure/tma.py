@@ -1,7 +1,8 @@
 """TMA descriptors and extended kernel launches through the CUDA driver API (cuda.bindings).
 
 `encode_tiled_2d` builds the 128-byte CUtensorMap that a kernel takes as a
-`const __grid_constant__ CUtensorMap` parameter; `launch` starts a kernel with cuLaunchKernelEx,
+`const __grid_constant__ CUtensorMap` parameter (`encode_tiled`: any rank up to 5, e.g. the
+attention op's {D, S, B * heads}); `launch` starts a kernel with cuLaunchKernelEx,
 optionally with a thread-block cluster, after raising its dynamic shared-memory limit.
 
 Both need a CUDA driver and a current context (CuPy's or torch's primary context will do); the
@@ -71,6 +72,69 @@ def encode_tiled_2d(ptr: int, rows: int, cols: int, row_stride_bytes: int, box_c
         [u64(row_stride_bytes)],          # rank - 1 strides: the outer dimension's pitch
         [u32(box_cols), u32(box_rows)],
         [u32(1), u32(1)],
+        drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        getattr(drv.CUtensorMapSwizzle, f"CU_TENSOR_MAP_SWIZZLE_{_SWIZZLES[swizzle]}"),
+        drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+    ), "cuTensorMapEncodeTiled")
+    words = [int(w) for w in tmap.opaque]
+    blob = struct.pack(f"<{len(words)}Q", *words)
+    if len(blob) != TENSOR_MAP_BYTES:
+        raise TmaError(f"unexpected CUtensorMap size {len(blob)}")
+    return blob
+
+
+def tiled_params(ptr: int, dims: Sequence[int], strides_bytes: Sequence[int],
+                 box: Sequence[int], swizzle: int = 128, elem_bytes: int = 2) -> dict:
+    """The checked arguments of a rank-N tiled tensor map (N = 1..5), innermost dimension
+    first: `dims` in elements, `strides_bytes` the N - 1 outer dimensions' pitches, `box` the
+    tile in elements (a shorter box is padded with 1s). Raises ValueError where the driver
+    would refuse (its rules for cuTensorMapEncodeTiled), so the reason reads in one line.
+    Needs no driver: `encode_tiled` passes exactly these values on."""
+    dims = [int(d) for d in dims]
+    strides = [int(s) for s in strides_bytes]
+    box = [int(b) for b in box] + [1] * (len(dims) - len(box))
+    rank = len(dims)
+    if not 1 <= rank <= 5 or len(strides) != rank - 1 or len(box) != rank:
+        raise ValueError(f"a tensor map has rank 1..5 with rank - 1 strides and a box of at "
+                         f"most rank extents (dims {dims}, strides {strides}, box {box})")
+    if swizzle not in _SWIZZLES:
+        raise ValueError(f"swizzle must be one of {sorted(_SWIZZLES)}, not {swizzle}")
+    if ptr % 16:
+        raise ValueError(f"TMA needs a 16-byte aligned base address (got {ptr:#x})")
+    if not all(1 <= d <= 1 << 32 for d in dims):
+        raise ValueError(f"tensor map dimensions must be in 1..2^32 (got {dims})")
+    if any(s % 16 or not 0 < s < 1 << 40 for s in strides):
+        raise ValueError(f"tensor map strides must be positive multiples of 16 bytes below "
+                         f"2^40 (got {strides})")
+    if not all(1 <= b <= 256 for b in box):
+        raise ValueError(f"TMA box extents must be in 1..256 (got {box})")
+    if box[0] * elem_bytes % 16:
+        raise ValueError(f"the box's inner extent must be a multiple of 16 bytes (got "
+                         f"{box[0]} x {elem_bytes} bytes)")
+    if swizzle and box[0] * elem_bytes > swizzle:
+        raise ValueError(f"box inner extent {box[0]} x {elem_bytes} bytes exceeds the "
+                         f"{swizzle}-byte swizzle span")
+    return {"rank": rank, "ptr": int(ptr), "dims": dims, "strides": strides, "box": box,
+            "elem_strides": [1] * rank, "swizzle": swizzle}
+
+
+def encode_tiled(ptr: int, dims: Sequence[int], strides_bytes: Sequence[int],
+                 box: Sequence[int], swizzle: int = 128) -> bytes:
+    """A rank-N bf16 tensor map (arguments as `tiled_params`); interleave none, L2 promotion
+    256 B, out-of-bounds elements read as zero and stores clip at the edges. Returns the
+    descriptor's 128 bytes. `encode_tiled_2d` is the row-major matrix case."""
+    p = tiled_params(ptr, dims, strides_bytes, box, swizzle)
+    drv = _driver()
+    u64, u32 = drv.cuuint64_t, drv.cuuint32_t
+    tmap = _check(drv.cuTensorMapEncodeTiled(
+        drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+        p["rank"],
+        p["ptr"],
+        [u64(d) for d in p["dims"]],
+        [u64(s) for s in p["strides"]],
+        [u32(b) for b in p["box"]],
+        [u32(e) for e in p["elem_strides"]],
         drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
         getattr(drv.CUtensorMapSwizzle, f"CU_TENSOR_MAP_SWIZZLE_{_SWIZZLES[swizzle]}"),
         drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,

@@ -236,9 +236,18 @@ class Child:
         if s["tensor_maps"] or tuple(s["cluster"]) != (1, 1, 1):
             import porter.measure.tma as tma
             blobs = []
+            # an op that builds whole maps (any rank: attention's {D, S, B * heads}) is asked
+            # for each; the others describe a 2-D buffer (`op.buffer`) encoded here
+            op_map = getattr(op, "tensor_map", None)
             for buf, box, swizzle in s["tensor_maps"]:
                 if not all(box):   # a zero extent: this configuration does not use the map
                     blobs.append(bytes(128))
+                    continue
+                if callable(op_map):
+                    try:
+                        blobs.append(op_map(state, buf, tuple(box), swizzle))
+                    except Exception as e:  # noqa: BLE001 - a map the driver refuses
+                        return f"tensor map over {buf} (box {tuple(box)}): {e}"
                     continue
                 ptr, rows, cols, stride = op.buffer(state, buf)
                 blobs.append(tma.encode_tiled_2d(ptr, rows, cols, stride, box[0], box[1],

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import ctypes
 import math
-import struct
 
 from porter.errors import TemplateError
 from porter.measure.ops._bf16 import from_bf16, rel_error, to_bf16, torch_view
@@ -102,25 +101,18 @@ class AttentionOp(Op):
 
     def tensor_map(self, state, name: str, box, swizzle: int = 128) -> bytes:
         """The 128-byte CUtensorMap over buffer Q, K, V or O: rank 3 {D, S, B * heads},
-        box {box[0], box[1], 1} (an all-zero box: 128 zero bytes, the map is unused)."""
+        box {box[0], box[1], 1} (a box with a zero extent: 128 zero bytes, the map is unused).
+        The GPU child calls this for every [[tensor_maps]] entry (ops without it: `buffer`)."""
         if not all(box):
             return bytes(128)
-        from cuda.bindings import driver as drv
+        from porter.measure import tma
         t = state[name]
         heads, S, D = t.shape[0] * t.shape[1], t.shape[2], t.shape[3]
-        u64, u32 = drv.cuuint64_t, drv.cuuint32_t
-        sw = {0: "NONE", 32: "32B", 64: "64B", 128: "128B"}[swizzle]
-        err, tmap = drv.cuTensorMapEncodeTiled(
-            drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, t.data.ptr,
-            [u64(D), u64(S), u64(heads)], [u64(D * 2), u64(S * D * 2)],
-            [u32(int(box[0])), u32(int(box[1])), u32(1)], [u32(1)] * 3,
-            drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-            getattr(drv.CUtensorMapSwizzle, f"CU_TENSOR_MAP_SWIZZLE_{sw}"),
-            drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-            drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
-        if err != drv.CUresult.CUDA_SUCCESS:
-            raise TemplateError(f"cuTensorMapEncodeTiled for {name} (box {box}): {err}")
-        return struct.pack("<16Q", *[int(w) for w in tmap.opaque])
+        try:
+            return tma.encode_tiled(t.data.ptr, [D, S, heads], [D * 2, S * D * 2],
+                                    [int(b) for b in box], swizzle)
+        except (ValueError, tma.TmaError) as e:
+            raise TemplateError(f"tensor map over {name} (box {tuple(box)}): {e}") from e
 
 
 def _reference(state):
