@@ -234,6 +234,8 @@ class Bench:
         e.pop("PORTER_DRIVERS", None)
         if self.args.backend == "replay":
             e["PORTER_REPLAY_HOLD"] = "1"   # a driver is busy for each recorded GPU time
+            # the service replays only from its data folder: the recording's own
+            e["PORTER_REPLAY_DIR"] = str(Path(self.args.replay or REPLAY).resolve().parent)
         e.update({k: str(v) for k, v in extra.items()})
         return e
 

@@ -38,7 +38,8 @@ def one_run(n_workers: int, trials: int) -> dict:
     redis.Redis.from_url(BROKER).flushdb()
     env = dict(os.environ, PORTER_DB_URL=f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}",
                PORTER_BROKER_URL=BROKER, PORTER_REPLAY_HOLD="1",
-               PORTER_DRIVERS=str(n_workers), PORTER_CACHE_DIR="/tmp/porter-bench-cache")
+               PORTER_DRIVERS=str(n_workers), PORTER_CACHE_DIR="/tmp/porter-bench-cache",
+               PORTER_REPLAY_DIR=str(REPLAY.parent))
     procs = [subprocess.Popen([PORTER, "worker", "--queues", "gpu.sm_90a"], env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
              for _ in range(n_workers)]

@@ -30,6 +30,7 @@ LOCK_BASE = 0x504F5254 * 1000
 
 class ServiceHooks(JobHooks):
     wait_s = 1.0
+    sole = False                # other drivers share the job's study
 
     def __init__(self, driver: str, redis_try):
         self.driver, self._redis_try = driver, redis_try

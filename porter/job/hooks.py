@@ -107,6 +107,7 @@ class JobHooks:
     party, so every such trial is a leftover of an interrupted run."""
 
     wait_s = 0.2                # pause while only other parties' trials are in flight
+    sole = True                 # no other party runs this job at the same time
     db_retry_s = float(os.environ.get("PORTER_DB_RETRY_S", "60"))
 
     def lock(self):

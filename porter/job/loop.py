@@ -149,6 +149,7 @@ class _Run:
         self.summary = JobSummary(job_id, "running")
         self.best: TrialRecord | None = None
         self.in_flight: set[int] = set()
+        self.untold: dict[int, float | None] = {}    # recorded, not yet told to the study
         self.searcher: Searcher | None = None
         self.budget = trial_budget(spec)
         self.infeasible_left = MAX_INFEASIBLE_FACTOR * (self.budget or 1000)
@@ -247,8 +248,10 @@ class _Run:
         s = self.summary
         if self.db(lambda: self.store.record_trial(self.job_id, rec), f"recording trial {number}"):
             s.counts[rec.status] = s.counts.get(rec.status, 0) + 1
-        self.in_flight.discard(number)
+        self.untold[number] = rec.objective
         self.db(lambda: self.searcher.tell(number, rec.objective), f"telling trial {number}")
+        self.untold.pop(number, None)
+        self.in_flight.discard(number)
         self.hooks.told(number)
         s.busy_ms += outcome.busy_ms
         if compiled and not compiled.cached:
@@ -262,14 +265,30 @@ class _Run:
             self.on_trial(rec, self.best)
 
     def abandon(self) -> None:
-        """Fails this run's open trials in the study (best effort: the database may be what
-        failed); the records never saw them, so a resume proposes them again or not at all."""
-        if self.searcher is None or not self.in_flight:
+        """Leaves no trial of this run RUNNING in the study (best effort: the database may be
+        what failed): a recorded one is told its result, any other is failed, so a resume
+        proposes it again or not at all. A run that is the job's only party (hooks.sole)
+        settles every RUNNING trial, including one opened the instant Ctrl-C came."""
+        if self.searcher is None:
             return
         try:
-            fail_trials(self.searcher.study, list(self.in_flight))
+            study = self.searcher.study
+            open_ = set(self.in_flight)
+            if self.hooks.sole:
+                import optuna
+                open_ |= {t.number for t in study.get_trials(
+                    deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))}
+            if not open_:
+                return
+            told = dict(self.untold)
+            if open_ - set(told):
+                told.update({t.number: t.objective for t in self.store.trials(self.job_id)
+                             if t.number in open_})
+            for number in open_ & set(told):
+                self.searcher.tell(number, told[number])
+            fail_trials(study, open_ - set(told))
         except Exception as e:  # noqa: BLE001 - a driver that reclaims will fail them later
-            log.warning("job %s: could not fail open trials (%s)", self.job_id, e)
+            log.warning("job %s: could not settle open trials (%s)", self.job_id, e)
         self.in_flight.clear()
 
 
