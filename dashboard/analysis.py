@@ -112,6 +112,7 @@ def _slice(df, y, names, ranked, imp, metric, log, job) -> None:
     st.caption("Slice: each point a trial, its objective against one parameter's value "
                "(colour: trial number, later trials brighter).")
     pick = st.multiselect("parameters", names, default=ranked[:4], key="an_slice")
+    df, y = data.thin(df, y, HIGHER[metric])
     if pick:
         fig = make_subplots(rows=1, cols=len(pick), shared_yaxes=True, subplot_titles=pick)
         for i, n in enumerate(pick, 1):
@@ -159,6 +160,7 @@ def _parcoords(df, y, names, ranked, imp, metric, log, job) -> None:
     st.caption("Parallel coordinates: one line per trial through the chosen parameters to "
                "its objective; drag along an axis to filter.")
     axes = st.multiselect("axes", names, default=ranked[:6], key="an_axes")
+    df, y = data.thin(df, y, HIGHER[metric])      # WebGL: every line costs
     dims = []
     for n in axes:
         vals = sorted(df[f"p:{n}"].dropna().unique(), key=lambda v: (str(type(v)), v))

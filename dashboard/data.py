@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import streamlit as st
 
@@ -19,7 +20,8 @@ LIVE = ("queued", "running")
 # points a chart gets at most: SVG markers cost the browser about a millisecond each on a small
 # CPU-only machine, so the series come downsampled from the store (every improvement kept)
 CONVERGENCE_POINTS = 1000
-SAMPLE_ROWS = 800
+SAMPLE_ROWS = 500
+MARKERS = 300    # per scatter or parallel-coordinates chart (see thin)
 METRIC_LABELS = {"time": "objective (ms, lower is better)",
                  "ratio": "ratio (vendor time / ours)", "gbps": "GB/s", "tflops": "TFLOP/s"}
 
@@ -87,6 +89,16 @@ def sample(u: str, job_id: int, ver: tuple, statuses: tuple = ("measured",),
     return pd.concat([df, params.add_prefix("p:")], axis=1)
 
 
+def thin(df: pd.DataFrame, y: pd.Series, higher: bool, n: int = MARKERS,
+         best: int = 50) -> tuple[pd.DataFrame, pd.Series]:
+    """At most about n rows of a sample for one chart: the `best` by y and every k-th."""
+    if len(df) <= n:
+        return df, y
+    top = (y.rank(ascending=higher, method="first") > len(df) - best).to_numpy()
+    keep = top | ((np.arange(len(df)) % max(1, len(df) // max(1, n - best))) == 0)
+    return df[keep], y[keep]
+
+
 RESOURCE_STATUSES = ("measured", "compiled", "resource_rejected")
 
 
@@ -125,6 +137,12 @@ def job_label(r: dict) -> str:
 
 
 def leaderboard(u: str, template: str | None = None, arch: str | None = None) -> pd.DataFrame:
+    """The best measured configuration per (template, arch, size) over all jobs."""
+    return _leaderboard(u, template, arch, store(u).data_version())
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def _leaderboard(u: str, template: str | None, arch: str | None, ver: tuple) -> pd.DataFrame:
     rows = store(u).leaderboard(template, arch)
     return pd.DataFrame([{
         "template": b.template, "arch": b.arch, "size": "x".join(map(str, b.size)),

@@ -100,6 +100,7 @@ def resources(u: str, job: dict, ver: tuple) -> None:
     if df.empty or df["registers"].isna().all():
         st.info("No trial with resource figures (registers, shared memory) yet.")
         return
+    df, _ = data.thin(df, df["objective"].fillna(float("inf")), False)
     tpl = data.template(u, job["template_hash"])
     arch = get_arch(job["arch"])
     sizes = (job["spec"] or {}).get("sizes") or [tpl.default_sizes[0]]

@@ -132,6 +132,14 @@ class ReadMixin:
                                    .where(Trial.job_id == job_id)).first()
         return (None,) if j is None else (*j, int(n or 0), last)
 
+    def data_version(self) -> tuple:
+        """A cheap fingerprint of the whole database's results: it changes when a job is
+        created or deleted or any trial is recorded (cross-job pages cache on it)."""
+        with self._read("reading the database's version") as conn:
+            jobs = conn.execute(select(func.count(), func.max(Job.id))).first()
+            last = conn.execute(select(func.max(Trial.id))).scalar()
+        return (*jobs, last)
+
     def templates_and_archs(self) -> dict[str, list[str]]:
         with self._read("listing templates") as conn:
             rows = conn.execute(select(Job.template_name, Job.arch).distinct()
