@@ -267,3 +267,20 @@ def test_submit_to_a_dead_broker_leaves_no_job_row(tmp_path, monkeypatch):
     with pytest.raises(PorterError, match="not queued"):
         submit_service(spec, url)
     assert open_store(url).job_rows()[1] == 0
+
+
+def test_trial_downloads_hold_every_matching_trial(replayed_db):
+    import io
+
+    import pandas as pd
+
+    from dashboard.job_tabs import _all
+    job = replayed_db.jobs["gemm_mma/sm_90a"]
+    csv = pd.read_csv(io.BytesIO(_all(replayed_db.url, job, ("measured",), (("BM", (128, 256)),),
+                                      "ratio", True, "csv")))
+    want = [t for t in replayed_db.store.trials(job) if t.params["BM"] >= 128]
+    assert len(csv) == len(want) and set(csv["param_BM"]) <= {128, 256}
+    assert list(csv["ratio"]) == sorted(csv["ratio"], reverse=True)
+    pq = pd.read_parquet(io.BytesIO(_all(replayed_db.url, job, (), (), "number", False,
+                                         "parquet")))
+    assert len(pq) == 30 and {"number", "status", "objective", "param_BN"} <= set(pq.columns)
