@@ -1,7 +1,12 @@
 """Kernel Tuner cache files: `load_cache(path)` -> KTCache (parameters in order, each entry's
 time or failure string, device); `kt_space(cache)` -> (params, feasible): every cached
 configuration except InvalidConfig (statically infeasible, never counted). Compile/runtime
-failures stay in: they cost an evaluation like any other."""
+failures stay in: they cost an evaluation like any other. `t1_beside(path)`: the T1 file of a
+cache's kernel in the same folder (`<kernel>.T1.json` beside `<kernel>_<GPU>.json.gz`).
+
+Caches in the wild differ: `device_name` may be empty (then the GPU is read from an
+`environment` block, else from the file name after the kernel's T1 name, else the file stem),
+and `problem_size` may be one bare integer."""
 from __future__ import annotations
 
 import gzip
@@ -98,8 +103,49 @@ def load_cache(path: str | Path) -> KTCache:
             for n in names:
                 seen[n].setdefault(str(e[n]), e[n])
         params = {n: tuple(sorted(seen[n].values())) for n in names}
-    return KTCache(str(p), str(data.get("device_name", "")), str(data.get("kernel_name", "")),
-                   tuple(data.get("problem_size") or ()), params, entries)
+    return KTCache(str(p), _device(data, p), str(data.get("kernel_name", "")),
+                   _problem_size(data.get("problem_size"), p), params, entries)
+
+
+def _problem_size(raw, p: Path) -> tuple:
+    if raw is None or raw == "":
+        return ()
+    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        return (raw,)
+    if isinstance(raw, (list, tuple)):
+        return tuple(raw)
+    raise SpecError(f"{p}: problem_size {raw!r} is neither a number nor a list")
+
+
+def _stem(p: Path) -> str:
+    return p.name.split(".json")[0]
+
+
+def _device(data: dict, p: Path) -> str:
+    """The GPU's name: `device_name`, else the `environment` block's, else the file name."""
+    env = data.get("environment")
+    for raw in (data.get("device_name"), env.get("device_name") if isinstance(env, dict) else None):
+        if isinstance(raw, str) and raw.strip():
+            return raw.strip()
+    t1 = t1_beside(p)
+    stem = _stem(p)
+    if t1 is not None:
+        return stem[len(t1.name) - len(".T1.json") + 1:] or stem
+    return stem.rsplit("_", 1)[-1] if "_" in stem else stem
+
+
+def t1_beside(path: str | Path) -> Path | None:
+    """The T1 file of the cache's kernel in the cache's folder: the longest `NAME.T1.json` with
+    the cache file named `NAME_<GPU>...`; GPU names may hold underscores (GTX_1080_Ti). None
+    where there is none."""
+    p = Path(path)
+    stem = _stem(p)
+    best = None
+    for t1 in p.parent.glob("*.T1.json"):
+        name = t1.name[:-len(".T1.json")]
+        if stem.startswith(name + "_") and (best is None or len(name) > len(best[0])):
+            best = (name, t1)
+    return best[1] if best else None
 
 
 def kt_space(cache: KTCache) -> tuple[dict[str, tuple], set[tuple]]:

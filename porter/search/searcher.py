@@ -5,20 +5,16 @@ workers), so dashboards plot it and an interrupted job resumes where it stopped:
 COMPLETE or FAIL in the study count as seen, and trials RUNNING in other workers are not proposed
 again. Parameters are recorded as categorical with their real values.
 
-Proposals come from one of two places:
+Proposals come from a Proposer (porter.search.base), picked by name from the registry:
 
-- "tpe", "random", "cmaes", "gp", "grid": the Optuna sampler of that name, seeded, run on a
-  private in-memory study in which every numeric parameter is the integer index of its value in
-  the declared order (so TPE, CMA-ES and GP see the order; strings stay categorical). A repeat
-  or a statically infeasible proposal is answered there (with the earlier result, or the worst
-  result so far) and costs the caller nothing.
+- "tpe", "random", "cmaes", "gp", "grid": the Optuna sampler of that name, seeded, on a private
+  study over value indices (porter.search._optuna). A repeat or a statically infeasible proposal
+  is answered there and costs the caller nothing.
 - "auto" (the default): enumerates the feasible set (up to MAX_ENUMERATE candidates left after
   the space's pruning, `SearchSpace.candidates`), never proposes a configuration twice and only
-  proposes feasible ones. After a few random configurations it mostly climbs: it tries unseen
-  neighbours (one parameter moved one or two places in its value order) of the best
-  configurations so far, and breeds children of them (uniform crossover and mutations in index
-  space) when a neighbourhood is used up, with an occasional random restart. See
-  `porter.search.auto.Auto`.
+  proposes feasible ones: a model-guided climber (`porter.search.auto.Auto`).
+- anything registered with `register_sampler` or installed under the entry-point group
+  `porter.samplers`.
 
 Warm-start configurations (feasible ones only) are proposed first, in the order given. A prior
 (objectives of the same configurations measured elsewhere, e.g. on another GPU) guides "auto"
@@ -28,21 +24,18 @@ from __future__ import annotations
 
 import itertools
 import math
-import random
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import optuna
-from optuna.distributions import CategoricalDistribution, IntDistribution
+from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
-from porter.errors import SpecError
-from porter.search.auto import Auto
+from porter.search.base import SAMPLER_NAMES, get_sampler
 
-SAMPLERS = ("auto", "tpe", "random", "cmaes", "gp", "grid")
+SAMPLERS = SAMPLER_NAMES      # live: built-ins, registered samplers and entry points
 MAX_ENUMERATE = 1_000_000     # the auto sampler enumerates up to this many candidates (left
                               # after pruning, where the space can prune)
-_MAX_INNER = 64               # proposals an Optuna sampler may waste per ask (repeats, infeasible)
 
 Key = tuple   # a configuration as its values in parameter order
 
@@ -88,19 +81,6 @@ class SearchSpace:
         yield from walk(0, {}, ())
 
 
-def _numeric(values: tuple) -> bool:
-    return all(isinstance(v, (int, float)) for v in values)
-
-
-def _need(module: str, package: str, what: str) -> None:
-    """Optional dependencies fail at use, with what to install."""
-    try:
-        __import__(module)
-    except ImportError:
-        raise SpecError(f"{what} needs the {package!r} package: pip install {package} "
-                        "(or pick --sampler auto)") from None
-
-
 class _Pinned(optuna.samplers.BaseSampler):
     """The recorded study's sampler: it returns the configuration the searcher chose."""
 
@@ -132,8 +112,7 @@ class Searcher:
     def __init__(self, space: SearchSpace, sampler: str = "auto", seed: int = 0,
                  storage=None, study_name: str | None = None, warm_start: Sequence[dict] = (),
                  prior: Sequence[tuple[Mapping[str, Any], float]] = ()):
-        if sampler not in SAMPLERS:
-            raise SpecError(f"unknown sampler {sampler!r}; pick one of {', '.join(SAMPLERS)}")
+        factory = get_sampler(sampler)     # an unknown name: one SpecError
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.space = space
         self.names = space.names
@@ -156,7 +135,7 @@ class Searcher:
         self._warm_keys = frozenset(self._warm)
         self._prior = {self._key(c): float(v) for c, v in prior
                        if space.contains(c) and v is not None and math.isfinite(v) and v > 0}
-        self._engine = Auto(self, seed) if sampler == "auto" else _OptunaProposer(self, seed)
+        self._engine = factory(self, seed)
         self.sync()
 
     # ---- public ------------------------------------------------------------------------
@@ -297,112 +276,3 @@ class Searcher:
                 self._results[key] = value
                 self._engine.told(key, value)
         return running
-
-
-class _Grid(optuna.samplers.GridSampler):
-    """Optuna's grid sampler without its stop request at the end of the grid (that is only
-    allowed inside `optimize`; here ask() returns None instead)."""
-
-    def after_trial(self, study, trial, state, values):
-        pass
-
-
-class _OptunaProposer:
-    """An Optuna sampler on a private study over value indices (numeric parameters) and values
-    (string parameters). Repeats and infeasible proposals are answered there, not counted."""
-
-    def __init__(self, s: Searcher, seed: int):
-        self.s = s
-        self.kind = s.kind
-        self.dists = {}
-        for n, vals in s.space.params.items():
-            self.dists[n] = IntDistribution(0, len(vals) - 1) \
-                if _numeric(vals) and len(vals) > 1 else CategoricalDistribution(list(vals))
-        self.study = optuna.create_study(sampler=self._make_sampler(seed), direction="minimize")
-        self.worst: float | None = None
-        self.rng = random.Random(seed)
-        self.enumerated: list[Key] | None = None
-
-    def _make_sampler(self, seed: int):
-        smp = optuna.samplers
-        if self.kind == "tpe":
-            return smp.TPESampler(seed=seed, multivariate=True, constant_liar=True)
-        if self.kind == "random":
-            return smp.RandomSampler(seed=seed)
-        if self.kind == "cmaes":
-            _need("cmaes", "cmaes", "the cmaes sampler")
-            return smp.CmaEsSampler(seed=seed, warn_independent_sampling=False)
-        if self.kind == "gp":
-            _need("torch", "torch", "the gp sampler")
-            return smp.GPSampler(seed=seed)
-        grid = {n: (list(range(d.high + 1)) if isinstance(d, IntDistribution) else d.choices)
-                for n, d in self.dists.items()}
-        return _Grid(grid, seed=seed)
-
-    def _to_inner(self, key: Key) -> dict:
-        out = {}
-        for (n, vals), v in zip(self.s.space.params.items(), key):
-            out[n] = vals.index(v) if isinstance(self.dists[n], IntDistribution) else v
-        return out
-
-    def _from_inner(self, params: Mapping) -> Key:
-        return tuple(vals[params[n]] if isinstance(self.dists[n], IntDistribution)
-                     else params[n] for n, vals in self.s.space.params.items())
-
-    def _penalty(self) -> float | None:
-        return self.worst
-
-    def propose(self) -> Key | None:
-        s = self.s
-        if self.kind == "grid" and len(self.study.trials) >= s.space.size():
-            return self._leftover()
-        for _ in range(_MAX_INNER):
-            trial = self.study.ask(self.dists)
-            key = self._from_inner(trial.params)
-            if not s._is_seen(key) and s._feasible(key):
-                self._open = getattr(self, "_open", {})
-                self._open[key] = trial.number
-                return key
-            # a repeat answers with the earlier result; an infeasible one with the worst so far
-            value = s._results.get(key) if s._is_seen(key) else None
-            value = value if value is not None else self._penalty()
-            if value is None:
-                self.study.tell(trial, state=TrialState.FAIL)
-            else:
-                self.study.tell(trial, value)
-            if self.kind == "grid" and len(self.study.trials) >= s.space.size():
-                return self._leftover()
-        return self._leftover(random_ok=True)
-
-    def _leftover(self, random_ok: bool = False) -> Key | None:
-        """A feasible configuration never proposed (the grid is used up, or the sampler keeps
-        repeating itself), from the enumerated space; None when there is none."""
-        s = self.s
-        if self.enumerated is None:
-            self.enumerated = s._feasible_list()
-        if self.enumerated is None:
-            return None
-        unseen = [k for k in self.enumerated if not s._is_seen(k)]
-        if not unseen:
-            return None
-        return self.rng.choice(unseen) if random_ok or self.kind != "grid" else unseen[0]
-
-    def proposed(self, key: Key) -> None:
-        pass
-
-    def told(self, key: Key, value: float | None) -> None:
-        if value is not None:
-            self.worst = value if self.worst is None else max(self.worst, value)
-        number = getattr(self, "_open", {}).pop(key, None)
-        if number is not None:
-            inner_value = value if value is not None else self._penalty()
-            if inner_value is None:
-                self.study.tell(number, state=TrialState.FAIL)
-            else:
-                self.study.tell(number, inner_value)
-        else:   # a warm start or another worker's result: the sampler learns from it too
-            params = self._to_inner(key)
-            v = value if value is not None else self._penalty()
-            self.study.add_trial(optuna.trial.create_trial(
-                params=params, distributions=self.dists, value=v,
-                state=TrialState.COMPLETE if v is not None else TrialState.FAIL))
