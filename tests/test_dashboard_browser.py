@@ -303,6 +303,22 @@ def test_running_job_shows_new_trials_without_a_reload(server, browser, live_db)
     assert exception_text(browser) is None
 
 
+def test_jobs_page_picks_up_a_job_created_after_it_opened(server, browser, live_db):
+    from porter.store.base import open_store
+    visit(browser, f"{server}/jobs", "Jobs")
+    before = int(metric(browser, "queued"))
+    store = open_store(live_db.url)
+    info = store.get_job(live_db.jobs["rmsnorm/sm_90a"])
+    job = store.create_job(info.spec, info.template_name, info.template_hash, "", "")
+    try:
+        deadline = time.monotonic() + 10
+        while int(metric(browser, "queued") or 0) <= before:
+            assert time.monotonic() < deadline, "the Jobs page did not show the new job in 10 s"
+            time.sleep(0.25)
+    finally:
+        store.request_cancel(job)     # a queued job is cancelled at once
+
+
 def test_export_downloads(server, browser, live_db):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
