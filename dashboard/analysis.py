@@ -25,7 +25,7 @@ FANOVA_NOTE = ("fANOVA (Optuna's evaluator: a random forest fitted to the same t
 
 
 def _objective(df: pd.DataFrame, metric: str) -> pd.Series:
-    return df["objective"] if metric == "time" else df[metric]
+    return df[metric]
 
 
 def anova(df: pd.DataFrame, y: pd.Series, names: list[str]) -> pd.DataFrame:
@@ -76,8 +76,9 @@ def analysis(u: str, job: dict, ver: tuple) -> None:
         return
     names = [c[2:] for c in df.columns if c.startswith("p:") and df[c].nunique() > 1]
     c = st.columns([2, 1])
-    metric = c[0].segmented_control("objective", metrics_of(job), default="time",
-                                    key="an_metric", format_func=data.METRIC_LABELS.get) or "time"
+    metric = c[0].segmented_control("metric", metrics_of(job), default="objective",
+                                    key="an_metric",
+                                    format_func=data.METRIC_LABELS.get) or "objective"
     log = c[1].toggle("log scale", key="an_log")
     y = _objective(df, metric)
     st.caption(f"{len(df)} measured trials (every k-th and the 50 best) of {job['n_measured']}.")

@@ -148,9 +148,9 @@ def overlay(u: str, store) -> None:
     picked = st.multiselect("jobs", list(labels), default=default, format_func=labels.get,
                             key="ov_jobs")
     c = st.columns([2, 1, 1])
-    metric = c[0].segmented_control("objective", ["time", "ratio", "gbps", "tflops"],
-                                    default="time", key="ov_metric",
-                                    format_func=data.METRIC_LABELS.get) or "time"
+    metric = c[0].segmented_control("metric", ["objective", "ratio", "gbps", "tflops"],
+                                    default="objective", key="ov_metric",
+                                    format_func=data.METRIC_LABELS.get) or "objective"
     x = c[1].segmented_control("x axis", ["trials", "minutes"], default="trials", key="ov_x")
     log = c[2].toggle("log scale", key="ov_log")
     if not picked:
@@ -170,7 +170,7 @@ def overlay(u: str, store) -> None:
                              name=labels.get(j, str(j)))
         s = data.sample(u, j, ver)
         if not s.empty:
-            v = np.sort((s["objective"] if metric == "time" else s[metric]).dropna().to_numpy())
+            v = np.sort(s[metric].dropna().to_numpy())
             edf.add_scatter(x=v, y=np.arange(1, len(v) + 1) / max(1, len(v)), mode="lines",
                             line={"shape": "hv"}, name=labels.get(j, str(j)))
     label = data.METRIC_LABELS[metric]

@@ -14,27 +14,27 @@ from .exports import export_zip
 
 EXPORT_FORMATS = ("cu", "cubin", "ptx", "fatbin", "python", "header", "json", "kt-cache")
 PAGE_ROWS = 50
-HIGHER = {"time": False, "ratio": True, "gbps": True, "tflops": True}
+HIGHER = {"objective": False, "ratio": True, "gbps": True, "tflops": True}
 
 
 def metrics_of(job: dict) -> list[str]:
     """The objectives this job has values for: time always; ratio, GB/s, TFLOP/s if measured."""
-    return ["time", "ratio", "gbps", "tflops"] if job["n_measured"] else ["time"]
+    return ["objective", "ratio", "gbps", "tflops"] if job["n_measured"] else ["objective"]
 
 
 def convergence(u: str, job: dict, ver: tuple) -> None:
     c = st.columns([2, 1, 1])
-    metric = c[0].segmented_control("objective", metrics_of(job), default="time",
+    metric = c[0].segmented_control("metric", metrics_of(job), default="objective",
                                     key="conv_metric", format_func=data.METRIC_LABELS.get)
     x = c[1].segmented_control("x axis", ["trials", "minutes"], default="trials", key="conv_x")
     log = c[2].toggle("log scale", key="conv_log")
-    df = data.convergence(u, job["id"], ver, metric or "time")
+    df = data.convergence(u, job["id"], ver, metric or "objective")
     if df.empty or df["best"].isna().all():
         st.info("No measured or compiled trial yet.")
         return
     t0 = job["started_at"] or df["t"].min()
     xs = df["idx"] if x != "minutes" else (df["t"] - t0) / 60
-    label = data.METRIC_LABELS[metric or "time"]
+    label = data.METRIC_LABELS[metric or "objective"]
     fig = go.Figure()
     pts = df["value"].notna()
     fig.add_scatter(x=xs[pts], y=df.loc[pts, "value"], mode="markers", name="trial",
@@ -47,7 +47,9 @@ def convergence(u: str, job: dict, ver: tuple) -> None:
                       legend={"orientation": "h", "y": 1.08})
     st.plotly_chart(fig, key="conv_chart")
     st.caption(f"{len(df)} of {job['n_trials']} trials drawn: every improvement of the best so "
-               "far, every k-th trial and the last; failed trials carry the best forward.")
+               "far, every k-th trial and the last; failed trials carry the best forward. The "
+               "objective is the search's: our time over the vendor's (geometric mean over "
+               "sizes), or milliseconds where the op has no vendor baseline.")
 
 
 def _filters(u: str, job: dict) -> tuple[tuple, tuple]:

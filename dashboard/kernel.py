@@ -132,7 +132,7 @@ def resources(u: str, job: dict, ver: tuple) -> None:
         for i, col in enumerate(("registers", "smem_kib", "occupancy"), 1):
             fig.add_scatter(x=ok[col], y=ok["objective"], mode="markers", row=1, col=i,
                             showlegend=False, marker={"size": 4, "opacity": 0.5})
-        fig.update_layout(height=320, margin={"t": 30}, yaxis_title="objective (ms)")
+        fig.update_layout(height=320, margin={"t": 30}, yaxis_title="objective (lower is better)")
         st.plotly_chart(fig, key="resources_speed")
     st.caption(f"Occupancy from the {arch.name} table at size {'x'.join(map(str, size))}: "
                "blocks per SM limited by threads, registers and shared memory.")

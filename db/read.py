@@ -22,7 +22,7 @@ RANKED = ("measured", "compiled")
 FAILED = ("compile_failed", "resource_rejected", "launch_failed", "wrong_result", "timeout",
           "crashed")
 # per-trial metrics: (Measurement column or None for Trial.objective, higher is better)
-METRICS = {"time": (None, False), "ratio": ("ratio", True), "gbps": ("gbps", True),
+METRICS = {"objective": (None, False), "ratio": ("ratio", True), "gbps": ("gbps", True),
            "tflops": ("tflops", True)}
 TRIAL_SORTS = ("number", "status", "objective", "ratio", "gbps", "tflops", "registers",
                "smem_bytes", "spill_bytes", "compile_seconds", "finished_at")
@@ -151,7 +151,7 @@ class ReadMixin:
 
     # ---- a job's trials
 
-    def convergence(self, job_id: int, metric: str = "time",
+    def convergence(self, job_id: int, metric: str = "objective",
                     max_points: int = 1500) -> list[dict[str, Any]]:
         """The best so far in the order trials were recorded (they are recorded as they
         finish), forward-filled over failed trials: every trial that improved it, every k-th

@@ -95,7 +95,7 @@ def test_convergence_forward_fills_and_keeps_every_improvement(store):
         if o and o < best:
             best = o
             improvements.append(n)
-    rows = store.convergence(job, "time", max_points=20)
+    rows = store.convergence(job, "objective", max_points=20)
     assert len(rows) < 60                                    # downsampled in SQL
     assert {r["number"] for r in rows} >= set(improvements)   # no improvement lost
     assert rows[0]["idx"] == 1 and rows[-1]["idx"] == len(objs)
