@@ -91,7 +91,8 @@ def test_missing_feature_is_one_sentence(env, tmp_path):
 
 
 def test_compile_only_port_records_every_trial(env):
-    r = porter("port", str(PLANTED), "--arch", "sm_90a", "--trials", "8", **env)
+    r = porter("port", str(PLANTED), "--arch", "sm_90a", "--trials", "8", "--backend",
+               "compile-only", **env)
     assert r.returncode == 0, r.stderr + r.stdout
     assert "compile-only" in r.stdout
     with sqlite3.connect(env["db"]) as c:

@@ -165,14 +165,15 @@ def test_ctrl_c_interrupts_with_resume_hint(tmp_path):
     import time
 
     import optuna
-    porter = str(ROOT / ".venv" / "bin" / "porter")
+    import sys
+    porter = [sys.executable, "-m", "porter.cli"]
     data = json.load(gzip.open(REPLAY / "gemm_mma_h200.json.gz", "rt"))
     for e in data["trials"].values():
         e["gpu_s"] = 0.3
     slow = tmp_path / "slow.json"
     slow.write_text(json.dumps(data))
     db = f"sqlite:///{tmp_path / 'p.db'}"
-    args = [porter, "port", "gemm_mma", "--arch", "sm_90a", "--backend", "replay", "--replay",
+    args = [*porter, "port", "gemm_mma", "--arch", "sm_90a", "--backend", "replay", "--replay",
             str(slow), "--sizes", "4096x4096x4096", "--trials", "20", "--db", db]
     env = dict(os.environ, PORTER_REPLAY_HOLD="1", PORTER_CACHE_DIR=str(tmp_path / "cache"))
     p = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -192,7 +193,7 @@ def test_ctrl_c_interrupts_with_resume_hint(tmp_path):
     assert job.status == "interrupted" and f"--resume {job.id}" in job.message
     study = optuna.load_study(study_name=job.study_name, storage=s.optuna_storage())
     assert not [t for t in study.get_trials() if t.state.name == "RUNNING"]
-    r = subprocess.run([porter, "port", "--resume", str(job.id), "--db", db, "gemm_mma",
+    r = subprocess.run([*porter, "port", "--resume", str(job.id), "--db", db, "gemm_mma",
                         "--arch", "sm_90a"], env=dict(env, PORTER_REPLAY_HOLD="0"),
                        capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert r.returncode == 0, r.stderr
