@@ -144,7 +144,9 @@ def overlay(u: str, store) -> None:
             labels[j] = data.job_label({"job": j, "template": d["template_name"],
                                         "arch": d["arch"], "status": d["status"],
                                         "name": d["name"]})
-    default = [j for j in wanted if j in labels] or [r["job"] for r in rows if r["measured"]][:2]
+    started = [r for r in rows if r["status"] != "queued"]
+    default = [j for j in wanted if j in labels] or [   # the newest job and its template's others
+        r["job"] for r in started if started and r["template"] == started[0]["template"]][:3]
     picked = st.multiselect("jobs", list(labels), default=default, format_func=labels.get,
                             key="ov_jobs")
     c = st.columns([2, 1, 1])
