@@ -48,12 +48,21 @@ USES = {
         d.advance();
         ring.release(d);""",
     "wgmma_bf16.cuh": """
-        float d[116] = {};
-        hopper::wgmma_bf16<232, 0>::ss_acc(d, 0, 0);
-        hopper::wgmma_bf16<8, 0>::ss(d, 0, 0, 0);
-        const uint32_t a[4] = {0, 0, 0, 0};
-        hopper::wgmma_bf16<200, 1>::rs(d, a, 0, 1);
-        for (int i = 0; i < 116; ++i) out[i] = d[i];""",
+        // operands from memory, as in a kernel (NVRTC 13.0's compiler crashes on descriptors
+        // and accumulators that are all compile-time zeros)
+        const uint64_t da = out[0] | (uint64_t)out[1] << 32, db = out[2];
+        float d[116], e[4], f[100];
+        for (int i = 0; i < 116; ++i) d[i] = __uint_as_float(out[i]);
+        for (int i = 0; i < 4; ++i) e[i] = d[i];
+        for (int i = 0; i < 100; ++i) f[i] = d[i + 16];
+        uint32_t a[4];
+        for (int i = 0; i < 4; ++i) a[i] = out[200 + i];
+        hopper::wgmma_bf16<232, 0>::ss_acc(d, da, db);
+        hopper::wgmma_bf16<8, 0>::ss(e, da, db, (int)out[3]);
+        hopper::wgmma_bf16<200, 1>::rs(f, a, db, (int)out[4]);
+        for (int i = 0; i < 4; ++i) d[i] += e[i];
+        for (int i = 0; i < 100; ++i) d[i] += f[i];
+        for (int i = 0; i < 116; ++i) out[i] = __float_as_uint(d[i]);""",
     "wgmma.cuh": """
         float acc[2][112] = {};
         hopper::wgmma::fence();
