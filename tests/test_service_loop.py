@@ -73,7 +73,7 @@ def test_deadline_same_embedded_and_service(env, workers, tmp_path):
     e_status, e_trials, e_n, e_states = outcome(es, es.get_job(ejob.id))
     s_status, s_trials, s_n, s_states = outcome(store(env), sjob)
     assert e_status == s_status == "done"
-    assert 0 < e_n < 100 and 0 < s_n < 100
+    assert 0 < e_n < 100 and 0 < s_n < 100, (e_n, s_n)
     assert set(e_trials.values()) == set(s_trials.values()) == {"measured"}
     assert "RUNNING" not in e_states and "RUNNING" not in s_states
 
