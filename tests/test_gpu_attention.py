@@ -83,6 +83,16 @@ def test_attention_maps_are_rank3_over_heads(fake_driver):
     assert k[3] == [D, S, B * HKV] and k[4] == [D * 2, S * D * 2] and k[5] == [64, 176, 1]
 
 
+def test_matrix_maps_keep_their_encoding(fake_driver):
+    """gemm_wgmma's rank-2 maps go through encode_tiled with the arguments they always had."""
+    blob = tma.encode_tiled_2d(0x7f0000000000, rows=4096, cols=1024, row_stride_bytes=2048,
+                               box_cols=64, box_rows=128, swizzle=128)
+    assert len(blob) == 128
+    (args,) = fake_driver.calls
+    assert args == ("bf16", 2, 0x7f0000000000, [1024, 4096], [2048], [64, 128], [1, 1], "none",
+                    "128B", "l2_256", "zero")
+
+
 def test_attention_map_refusals_name_the_buffer(fake_driver):
     from porter.measure.ops import get_op
     op = get_op("attention")

@@ -62,26 +62,7 @@ def encode_tiled_2d(ptr: int, rows: int, cols: int, row_stride_bytes: int, box_c
     if swizzle and box_cols * 2 > swizzle:
         raise ValueError(f"box inner extent {box_cols} bf16 = {box_cols * 2} bytes exceeds the "
                          f"{swizzle}-byte swizzle span")
-    drv = _driver()
-    u64, u32 = drv.cuuint64_t, drv.cuuint32_t
-    tmap = _check(drv.cuTensorMapEncodeTiled(
-        drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-        2,
-        ptr,
-        [u64(cols), u64(rows)],
-        [u64(row_stride_bytes)],          # rank - 1 strides: the outer dimension's pitch
-        [u32(box_cols), u32(box_rows)],
-        [u32(1), u32(1)],
-        drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-        getattr(drv.CUtensorMapSwizzle, f"CU_TENSOR_MAP_SWIZZLE_{_SWIZZLES[swizzle]}"),
-        drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-        drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
-    ), "cuTensorMapEncodeTiled")
-    words = [int(w) for w in tmap.opaque]
-    blob = struct.pack(f"<{len(words)}Q", *words)
-    if len(blob) != TENSOR_MAP_BYTES:
-        raise TmaError(f"unexpected CUtensorMap size {len(blob)}")
-    return blob
+    return encode_tiled(ptr, [cols, rows], [row_stride_bytes], [box_cols, box_rows], swizzle)
 
 
 def tiled_params(ptr: int, dims: Sequence[int], strides_bytes: Sequence[int],
