@@ -19,9 +19,13 @@ skip="--ignore-glob=tests/test_dashboard* --ignore-glob=tests/test_service*"
 timeout 300 python3 -m pytest -q -p no:cacheprovider -m gpu -rs $skip tests \
   > "$OUT/pytest_gpu.log" 2>&1
 echo "gpu tests: rc $?"; tail -25 "$OUT/pytest_gpu.log"
+# in parallel, but the search tests alone: Optuna's GP sampler imports torch, whose import
+# failed under pytest-xdist on that image (a schema error in torch's own custom ops)
 timeout 200 python3 -m pytest -q -p no:cacheprovider -m "not gpu and not service and not browser" \
-  -n 12 $skip --continue-on-collection-errors tests > "$OUT/pytest_cpu.log" 2>&1
+  -n 12 $skip --ignore-glob="tests/test_search*" tests > "$OUT/pytest_cpu.log" 2>&1
 echo "other tests: rc $?"; grep -E "passed|failed|^FAILED|^ERROR" "$OUT/pytest_cpu.log" | tail -25
+timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_search*.py > "$OUT/pytest_search.log" 2>&1
+echo "search tests: rc $?"; tail -3 "$OUT/pytest_search.log"
 results=${*:-benchmarks/results/gemm_wgmma_tpl6_tuned_a_h200.json}
 timeout 150 python3 benchmarks/port_bench.py --out "$OUT/retime" --only gemm_wgmma \
   --retime-results "${results// /,}" > "$OUT/retime.log" 2>&1
