@@ -132,7 +132,9 @@ def binary_resources(cubin: bytes, log: str, kernel: str) -> Resources:
                      stack_frame=elf.stack_frame, cmem=elf.cmem or logged.cmem)
 
 
-def _nvrtc_compile(source: str, name: str, options: list[str]) -> tuple[bool, str, bytes]:
+def _nvrtc_compile(source: str, name: str, options: list[str], output: str = "cubin"
+                   ) -> tuple[bool, str, bytes]:
+    """(ok, log, the cubin or, with output="ptx", the PTX); never raises for a compile error."""
     from cuda.bindings import nvrtc
     err, prog = nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], [])
     if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
@@ -146,10 +148,12 @@ def _nvrtc_compile(source: str, name: str, options: list[str]) -> tuple[bool, st
         log = buf.rstrip(b"\0 ").decode(errors="replace")
         if res != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             return False, log, b""
-        _, n = nvrtc.nvrtcGetCUBINSize(prog)
-        cubin = b" " * n
-        nvrtc.nvrtcGetCUBIN(prog, cubin)
-        return True, log, cubin
+        size, get = ((nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX) if output == "ptx" else
+                     (nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN))
+        _, n = size(prog)
+        out = b" " * n
+        get(prog, out)
+        return True, log, out
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
 
@@ -192,20 +196,6 @@ def compile_variant(template: Template, config, arch: Arch, use_cache: bool = Tr
 
 def compile_ptx(template: Template, config, arch: Arch) -> tuple[bool, str, str]:
     """PTX for export (cubins are what workers ship; PTX needs a driver at least as new)."""
-    from cuda.bindings import nvrtc
     opts = [o for o in options_for(template, config, arch) if not o.startswith("--ptxas")]
-    err, prog = nvrtc.nvrtcCreateProgram(template.source.encode(), b"k.cu", 0, [], [])
-    try:
-        eo = [o.encode() for o in opts]
-        (res,) = nvrtc.nvrtcCompileProgram(prog, len(eo), eo)
-        _, n = nvrtc.nvrtcGetProgramLogSize(prog)
-        buf = b" " * n
-        nvrtc.nvrtcGetProgramLog(prog, buf)
-        if res != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-            return False, buf.decode(errors="replace"), ""
-        _, n = nvrtc.nvrtcGetPTXSize(prog)
-        ptx = b" " * n
-        nvrtc.nvrtcGetPTX(prog, ptx)
-        return True, buf.decode(errors="replace"), ptx.rstrip(b"\0").decode()
-    finally:
-        nvrtc.nvrtcDestroyProgram(prog)
+    ok, log, ptx = _nvrtc_compile(template.source, "k.cu", opts, output="ptx")
+    return ok, log, ptx.rstrip(b"\0").decode() if ok else ""
