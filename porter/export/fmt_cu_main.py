@@ -44,6 +44,20 @@ static unsigned long long porter_rng = 0x9E3779B97F4A7C15ULL;
   PORTER_CHECK(cudaMemcpy(d, h.data(), n * 2, cudaMemcpyHostToDevice));
   return d;
 }
+// ||out - ref|| / ||ref|| of n bf16 outputs against an fp32 reference, both on the device
+[[maybe_unused]] static double porter_rel_error(const unsigned short* out, const float* ref,
+                                                size_t n) {
+  std::vector<unsigned short> ho(n);
+  std::vector<float> hr(n);
+  PORTER_CHECK(cudaMemcpy(ho.data(), out, n * 2, cudaMemcpyDeviceToHost));
+  PORTER_CHECK(cudaMemcpy(hr.data(), ref, n * 4, cudaMemcpyDeviceToHost));
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; ++i) {
+    double d = porter_host_float(ho[i]) - hr[i];
+    num += d * d; den += (double)hr[i] * hr[i];
+  }
+  return den > 0 ? sqrt(num / den) : sqrt(num);
+}
 // median milliseconds of f() over `reps` repeats, 256 MB written before each to flush L2
 template <class F> static double porter_median_ms(F f, int reps) {
   const size_t flush_bytes = 256u << 20;
@@ -117,16 +131,7 @@ int main(int argc, char** argv) {
   PORTER_CHECK(cudaDeviceSynchronize());
   porter_reference<<<dim3((N + 127) / 128, M), 128>>>(A, B, R, M, N, K);
   PORTER_CHECK(cudaDeviceSynchronize());
-  std::vector<unsigned short> hc((size_t)M * N);
-  std::vector<float> hr((size_t)M * N);
-  PORTER_CHECK(cudaMemcpy(hc.data(), C, hc.size() * 2, cudaMemcpyDeviceToHost));
-  PORTER_CHECK(cudaMemcpy(hr.data(), R, hr.size() * 4, cudaMemcpyDeviceToHost));
-  double num = 0, den = 0;
-  for (size_t i = 0; i < hc.size(); ++i) {
-    double d = porter_host_float(hc[i]) - hr[i];
-    num += d * d; den += (double)hr[i] * hr[i];
-  }
-  double err = den > 0 ? sqrt(num / den) : sqrt(num);
+  double err = porter_rel_error(C, R, (size_t)M * N);
   bool ok = err <= @RTOL@;   // NaN fails too
   double ms = porter_median_ms(run, reps);
   printf("{\"kernel\": \"@KERNEL@\", \"size\": [%d, %d, %d], \"correct\": %s, \"error\": %.3g, "
@@ -167,16 +172,7 @@ int main(int argc, char** argv) {
   PORTER_CHECK(cudaDeviceSynchronize());
   porter_reference<<<(rows + 127) / 128, 128>>>(x, w, r, rows, cols, eps);
   PORTER_CHECK(cudaDeviceSynchronize());
-  std::vector<unsigned short> hy((size_t)rows * cols);
-  std::vector<float> hr((size_t)rows * cols);
-  PORTER_CHECK(cudaMemcpy(hy.data(), y, hy.size() * 2, cudaMemcpyDeviceToHost));
-  PORTER_CHECK(cudaMemcpy(hr.data(), r, hr.size() * 4, cudaMemcpyDeviceToHost));
-  double num = 0, den = 0;
-  for (size_t i = 0; i < hy.size(); ++i) {
-    double d = porter_host_float(hy[i]) - hr[i];
-    num += d * d; den += (double)hr[i] * hr[i];
-  }
-  double err = den > 0 ? sqrt(num / den) : sqrt(num);
+  double err = porter_rel_error(y, r, (size_t)rows * cols);
   bool ok = err <= @RTOL@;
   double ms = porter_median_ms(run, reps);
   printf("{\"kernel\": \"@KERNEL@\", \"size\": [%d, %d], \"correct\": %s, \"error\": %.3g, "
