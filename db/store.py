@@ -335,11 +335,7 @@ def open_store(url: str) -> SqlStore:
 
 def _record_bundle(source: str, space_text: str) -> bytes:
     from porter.spec.snapshot import from_record
-    try:
-        name = str(tomllib.loads(space_text).get("template", {}).get("source", "kernel.cu"))
-    except tomllib.TOMLDecodeError:
-        name = "kernel.cu"
-    return from_record(name, source, space_text).blob
+    return from_record(source, space_text).blob
 
 
 def _check_job_status(status: str) -> None:

@@ -105,9 +105,15 @@ def bundle(folder: str | Path, include_dir: Path | None = None) -> Snapshot:
     return Snapshot(content_hash(files), files, pack(files))
 
 
-def from_record(source_name: str, source: str, space_text: str) -> Snapshot:
-    """A snapshot of a job recorded before snapshots existed: its source and space file."""
-    files = {"space.toml": space_text.encode(), source_name: source.encode()}
+def from_record(source: str, space_text: str) -> Snapshot:
+    """A snapshot of a job recorded before snapshots existed: its source (under the name its
+    space file gives, kernel.cu by default) and space file."""
+    import tomllib
+    try:
+        name = str(tomllib.loads(space_text).get("template", {}).get("source", "kernel.cu"))
+    except tomllib.TOMLDecodeError:
+        name = "kernel.cu"
+    files = {"space.toml": space_text.encode(), name: source.encode()}
     return Snapshot(content_hash(files), files, pack(files))
 
 

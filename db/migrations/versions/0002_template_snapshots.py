@@ -7,8 +7,6 @@ Revision ID: 0002
 Revises: 0001
 Create Date: 2026-12-04
 """
-import tomllib
-
 import sqlalchemy as sa
 from alembic import op
 
@@ -27,11 +25,7 @@ def upgrade() -> None:
                  sa.column("space_text", sa.Text), sa.column("files", sa.LargeBinary))
     conn = op.get_bind()
     for row in conn.execute(sa.select(t.c.id, t.c.source, t.c.space_text)).all():
-        try:
-            name = tomllib.loads(row.space_text).get("template", {}).get("source", "kernel.cu")
-        except tomllib.TOMLDecodeError:
-            name = "kernel.cu"
-        blob = from_record(str(name), row.source, row.space_text).blob
+        blob = from_record(row.source, row.space_text).blob
         conn.execute(sa.update(t).where(t.c.id == row.id).values(files=blob))
 
 
