@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PORTER = str(ROOT / ".venv" / "bin" / "porter") if (ROOT / ".venv/bin/porter").exists() \
     else "porter"
 REPLAY = ROOT / "tests/data/replay/gemm_mma_h200.json.gz"
-BROKER = "redis://127.0.0.1:6379/9"
+# PORTER_TEST_BROKER: another database number lets two suites share one Redis
+BROKER = os.environ.get("PORTER_TEST_BROKER", "redis://127.0.0.1:6379/9")
 PG = "postgresql+psycopg://postgres@127.0.0.1:5432/"
 REDIS_START = ["redis-server", "--daemonize", "yes", "--bind", "127.0.0.1", "-::1", "--port",
                "6379", "--save", "", "--appendonly", "no", "--dir", "/var/lib/redis",
