@@ -25,6 +25,7 @@ from porter.errors import PorterError
 from porter.export.fmt_cu import standalone_source
 from porter.export.fmt_python import python_module
 from porter.export.fmt_torch import torch_package
+from porter.export.opargs import BUILTIN_OPS, op_args
 from porter.records import TrialRecord
 from porter.spec.arch import Arch, get_arch, resolve_arch
 from porter.spec.template import Template
@@ -154,6 +155,9 @@ def export(store: Store, job_id: int, fmt: str, out_dir: str | Path) -> list[Pat
 
     distinct = {json.dumps(r["params"], sort_keys=True): r["params"] for r in rows}
     if fmt == "cu":
+        if tpl.op in BUILTIN_OPS and not op_args(tpl).matrix_buffers:
+            raise PorterError(f"the cu format's tensor maps are matrices; op {tpl.op!r} takes "
+                              "rank-3 maps: export it as python or torch (or cubin)")
         for r in rows:
             write(f"{tpl.name}_{arch}_{_size(r['size'])}.cu",
                   standalone_source(tpl, a, r["params"], r["size"]))

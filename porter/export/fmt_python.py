@@ -28,6 +28,8 @@ def spec(tpl: Template, arch: str | Arch, rows: list[dict], files: dict[str, str
         "template_hash": tpl.source_hash, "dims": list(tpl.size_names),
         "args": [[x.name, x.kind] for x in ops.args],
         "buffers": {k: list(v) for k, v in ops.buffers.items()},
+        "size_exprs": dict(ops.size_exprs),
+        "size_axes": {k: list(v) for k, v in ops.size_axes.items()},
         "limits": a.limits(),
         "space": {"constraints": [c.text for c in tpl.constraints],
                   "grid": [e.text for e in tpl.grid], "block": [e.text for e in tpl.block],
@@ -53,6 +55,17 @@ def _runtime_source() -> str:
     return "\n".join(ln for ln in text.splitlines() if not ln.endswith("# porter-export: drop"))
 
 
+def _size_note(tpl: Template) -> str:
+    """A line for the module's docstring where some sizes are not arguments of their own."""
+    ops = op_args(tpl)
+    if not ops.size_axes:
+        return ""
+    said = [f"{d} from {b}.shape[{ax}]" for d, (b, ax) in ops.size_axes.items()]
+    said += [f"{d} = {e}" for d, e in ops.size_exprs.items()]
+    return (f"    # the size ({', '.join(tpl.size_names)}) is read from the arguments ("
+            f"{'; '.join(said)}); with raw addresses pass size=(...)\n")
+
+
 def python_module(tpl: Template, arch: str | Arch, rows: list[dict], files: dict[str, str]) -> str:
     """The module's text (see the module docstring of what it writes)."""
     args = ", ".join(x.name for x in op_args(tpl).args if x.kind != "workspace")
@@ -62,7 +75,7 @@ cuda-bindings (no porter, no CuPy needed), dispatching by problem size.
 
     import {tpl.name}_tuned as k
     k.launch({args}, stream=None)   # device arrays: torch, CuPy or raw addresses
-
+{_size_note(tpl)}
 A size that was not tuned runs the configuration tuned at the nearest size whose constraints
 hold at this size (a warning says so when the nearest one does not); k.select(size) says which,
 and raises ValueError when none is legal. A workspace the kernel needs is allocated, zeroed

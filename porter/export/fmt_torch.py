@@ -1,9 +1,11 @@
 """The `torch` format: a package that registers the tuned kernel as a PyTorch custom op
 (torch.library), with a fake implementation so torch.compile traces through it without a graph
 break. It launches through the `python` format's module (copied in as _kernel.py) on the
-current CUDA stream. Ops: gemm (torch.ops.porter.NAME(a, b) == a @ b.T) and rmsnorm
-(torch.ops.porter.NAME(x, weight, eps) == F.rms_norm(x, (cols,), weight, eps)), each with an
-out variant (NAME_out)."""
+current CUDA stream. Ops: gemm (torch.ops.porter.NAME(a, b) == a @ b.T), rmsnorm
+(torch.ops.porter.NAME(x, weight, eps) == F.rms_norm(x, (cols,), weight, eps)) and attention
+(torch.ops.porter.NAME(q, k, v, is_causal, scale) == (F.scaled_dot_product_attention(q, k, v,
+is_causal=is_causal, scale=scale, enable_gqa=True), its log-sum-exp)), each with an out
+variant (NAME_out)."""
 from __future__ import annotations
 
 from porter.errors import PorterError
@@ -139,6 +141,94 @@ def run(x, weight, eps=1e-6, *, out=None):
     return out
 '''
 
+_ATTENTION = '''
+import math
+from typing import Optional
+
+
+def _check(q, k, v):
+    torch._check(q.dim() == 4 and k.dim() == 4 and v.dim() == 4, lambda: (
+        f"porter::@NAME@: q (B, H, S, D), k and v (B, HKV, S, D) must be 4-D, got "
+        f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"))
+    torch._check(k.shape == v.shape and q.shape[0] == k.shape[0] and q.shape[2] == k.shape[2]
+                 and q.shape[3] == k.shape[3], lambda: (
+        f"porter::@NAME@: k and v must be (B, HKV, S, D) with q's B, S and D: q "
+        f"{tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"))
+    torch._check(k.shape[1] >= 1 and q.shape[1] % k.shape[1] == 0, lambda: (
+        f"porter::@NAME@: q's {q.shape[1]} heads must be a multiple of k's {k.shape[1]}"))
+    torch._check(all(t.dtype == torch.bfloat16 for t in (q, k, v)), lambda: (
+        f"porter::@NAME@ takes bfloat16 tensors, got {q.dtype}, {k.dtype}, {v.dtype}"))
+    torch._check(q.is_contiguous() and k.is_contiguous() and v.is_contiguous(), lambda: (
+        "porter::@NAME@ needs contiguous q, k and v; call .contiguous() first"))
+
+
+def _run(q, k, v, is_causal, scale, out, lse):
+    torch._check(q.is_cuda and all(t.device == q.device for t in (k, v, out, lse)), lambda: (
+        "porter::@NAME@: q, k, v, out and lse must be on one CUDA device"))
+    B, H, S, D = q.shape
+    if B == 0 or H == 0 or S == 0:
+        return
+    scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    causal = int(bool(is_causal))
+    with torch.cuda.device(q.device):
+        _kernel.launch(q, k, v, out, lse, B, H, k.shape[1], S, causal, scale,
+                       size=(B, H, k.shape[1], S, D, causal + 1),
+                       stream=torch.cuda.current_stream().cuda_stream)
+
+
+@torch.library.custom_op("porter::@NAME@", mutates_args=())
+def @NAME@(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False,
+           scale: Optional[float] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention forward with the tuned kernel: (out (B, H, S, D) bfloat16, lse (B, H, S)
+    float32, the natural log-sum-exp of each row's scaled scores); q (B, H, S, D), k and v
+    (B, HKV, S, D), H a multiple of HKV (grouped-query attention); scale 1 / sqrt(D) if None."""
+    _check(q, k, v)
+    out = torch.empty_like(q)
+    lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
+    _run(q, k, v, is_causal, scale, out, lse)
+    return out, lse
+
+
+@@NAME@.register_fake
+def _(q, k, v, is_causal=False, scale=None):
+    _check(q, k, v)
+    return torch.empty_like(q), q.new_empty(q.shape[:3], dtype=torch.float32)
+
+
+@torch.library.custom_op("porter::@NAME@_out", mutates_args=("out", "lse"))
+def @NAME@_out(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool,
+               scale: Optional[float], out: torch.Tensor, lse: torch.Tensor) -> None:
+    """The same, written into out (q's shape, bfloat16) and lse ((B, H, S), float32)."""
+    _check(q, k, v)
+    _check_out(out, tuple(q.shape))
+    torch._check(tuple(lse.shape) == tuple(q.shape[:3]) and lse.dtype == torch.float32
+                 and lse.is_contiguous(), lambda: (
+        f"porter::@NAME@: lse must be a contiguous float32 tensor of shape "
+        f"{tuple(q.shape[:3])}"))
+    _run(q, k, v, is_causal, scale, out, lse)
+
+
+@@NAME@_out.register_fake
+def _(q, k, v, is_causal, scale, out, lse):
+    _check(q, k, v)
+    _check_out(out, tuple(q.shape))
+
+
+def sdpa(q, k, v, is_causal=False, scale=None):
+    """F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=scale,
+    enable_gqa=True) without mask or dropout: the output only."""
+    return torch.ops.porter.@NAME@(q, k, v, is_causal, scale)[0]
+
+
+def run(q, k, v, is_causal=False, scale=None, *, out=None, lse=None):
+    if out is None and lse is None:
+        return torch.ops.porter.@NAME@(q, k, v, is_causal, scale)
+    out = torch.empty_like(q) if out is None else out
+    lse = q.new_empty(q.shape[:3], dtype=torch.float32) if lse is None else lse
+    torch.ops.porter.@NAME@_out(q, k, v, is_causal, scale, out, lse)
+    return out, lse
+'''
+
 _HEAD = '''"""@NAME@ tuned by Kernel Porter for @ARCH@, as a PyTorch custom op.
 
     import @NAME@_torch            # registers torch.ops.porter.@NAME@ and @NAME@_out
@@ -167,14 +257,21 @@ _USAGE = {
     "rmsnorm": """    y = torch.ops.porter.@NAME@(x, w, 1e-6)      # F.rms_norm(x, (x.shape[-1],), w, 1e-6)
     torch.ops.porter.@NAME@_out(x, w, 1e-6, y)   # into an existing y
 """,
+    "attention": """    o, lse = torch.ops.porter.@NAME@(q, k, v, True, None)   # causal; None: 1/sqrt(D)
+    o = @NAME@_torch.sdpa(q, k, v, is_causal=True)        # output only, as F.sdpa
+    torch.ops.porter.@NAME@_out(q, k, v, True, None, o, lse)   # into existing o, lse
+q is (B, H, S, D), k and v (B, HKV, S, D) with H a multiple of HKV (as SDPA's enable_gqa),
+bfloat16 and contiguous; lse is (B, H, S) float32, the natural log-sum-exp of each row.
+""",
 }
-_BODY = {"gemm": _GEMM, "rmsnorm": _RMSNORM}
+_BODY = {"gemm": _GEMM, "rmsnorm": _RMSNORM, "attention": _ATTENTION}
 
 
 def torch_package(tpl: Template, arch: str) -> str:
     """The package's __init__.py (the module and cubins go beside it)."""
     if tpl.op not in _BODY:
-        raise PorterError(f"the torch format covers the gemm and rmsnorm ops; template "
-                          f"{tpl.name!r} is a {tpl.op!r} op: export it as python or cu")
+        raise PorterError(f"the torch format covers the gemm and rmsnorm ops and attention; "
+                          f"template {tpl.name!r} is a {tpl.op!r} op: export it as python or "
+                          "cu")
     text = (_HEAD.replace("@USAGE@", _USAGE[tpl.op]) + _BODY[tpl.op])
     return text.replace("@NAME@", tpl.name).replace("@ARCH@", arch)

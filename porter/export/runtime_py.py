@@ -192,14 +192,23 @@ class TunedKernel:
             have = self._ws[key] = (ptr, size)
         return int(have[0])
 
-    def _encode(self, ptr, rows, cols, box, swizzle):
+    def _encode(self, ptr, dims, box, swizzle):
+        """A bf16 tensor map over a dense buffer of `dims` (outermost first: (rows, cols) for a
+        matrix, attention's (B * heads, S, D)); the box gets 1 for each dimension it leaves
+        out. Out-of-bounds elements read as zero, stores clip."""
         drv = _drv()
         u64, u32 = drv.cuuint64_t, drv.cuuint32_t
         sw = {0: "NONE", 32: "32B", 64: "64B", 128: "128B"}[swizzle]
+        inner = [int(d) for d in reversed(dims)]
+        strides, acc = [], 2
+        for d in inner[:-1]:
+            acc *= d
+            strides.append(acc)
+        box = list(box) + [1] * (len(inner) - len(box))
         tmap = _cu(drv.cuTensorMapEncodeTiled(
-            drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, ptr,
-            [u64(cols), u64(rows)], [u64(cols * 2)], [u32(box[0]), u32(box[1])],
-            [u32(1), u32(1)], drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+            drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, len(inner), ptr,
+            [u64(d) for d in inner], [u64(s) for s in strides], [u32(b) for b in box],
+            [u32(1)] * len(inner), drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
             getattr(drv.CUtensorMapSwizzle, f"CU_TENSOR_MAP_SWIZZLE_{sw}"),
             drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
             drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
@@ -207,18 +216,37 @@ class TunedKernel:
         words = [int(w) for w in tmap.opaque]
         return (ctypes.c_uint64 * len(words))(*words)
 
+    def size_of(self, values):
+        """The problem size from the launch's arguments: a size argument itself, else the
+        op's expression over the arguments (attention's MASK = causal + 1), else an axis of an
+        argument's shape (attention's D); TypeError where that argument has no shape."""
+        scalars = {n: (int if k == "int" else float)(values[n])
+                   for n, k in self.args if k in ("int", "float") and n in values}
+        out = []
+        for d in self.dims:
+            if d in values:
+                out.append(int(values[d]))
+            elif d in self.spec.get("size_exprs", {}):
+                out.append(int(Expr(self.spec["size_exprs"][d])(scalars)))
+            else:
+                buf, axis = self.spec.get("size_axes", {}).get(d, (None, 0))
+                shape = getattr(values.get(buf), "shape", None)
+                if shape is None:
+                    raise TypeError(f"{self.name}.launch cannot tell {d} from its arguments "
+                                    f"(raw addresses); pass size=({', '.join(self.dims)})")
+                out.append(int(shape[axis]))
+        return tuple(out)
+
     def launch(self, *args, size=None, stream=None):
         """Runs the kernel on the op's arguments (docs/TEMPLATES.md's order, without the
-        workspace) on `stream`; `size` defaults to the size arguments among them. Returns the
+        workspace) on `stream`; `size` defaults to what the arguments say (`size_of`). Returns the
         table entry it ran."""
         plain = [a for a in self.args if a[1] != "workspace"]
         if len(args) != len(plain):
             raise TypeError(f"{self.name}.launch takes {len(plain)} arguments "
                             f"({', '.join(a[0] for a in plain)}), not {len(args)}")
         values = dict(zip((a[0] for a in plain), args))
-        if size is None:
-            size = tuple(int(values[d]) for d in self.dims)
-        size = tuple(int(s) for s in size)
+        size = tuple(int(s) for s in (self.size_of(values) if size is None else size))
         entry = self.select(size)
         ctx, strm = self._context(), stream_handle(stream)
         key = (ctx, strm, id(entry), size,
@@ -257,9 +285,8 @@ class TunedKernel:
             if not all(box):          # a zero extent: this configuration does not use the map
                 holders.append((ctypes.c_uint64 * 16)())
                 continue
-            rows, cols = (int(d) if str(d).isdigit() else env[d]
-                          for d in self.spec["buffers"][buf])
-            holders.append(self._encode(address(values[buf]), rows, cols, box, sw))
+            dims = [int(Expr(str(d))(env)) for d in self.spec["buffers"][buf]]
+            holders.append(self._encode(address(values[buf]), dims, box, sw))
         cfg = drv.CUlaunchConfig()
         cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = g["grid"]
         cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = g["block"]
