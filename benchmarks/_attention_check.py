@@ -1,8 +1,94 @@
 """benchmarks/attention.py's checks and timing: the fp32 reference (chunked), the error
-measure, inputs, verification of one run, torch SDPA's backends, interleaved timing."""
+measure, inputs, verification of one run, torch SDPA's backends, interleaved timing, and
+`Kernel`: one configuration compiled by porter and launched as porter's engine launches it."""
 from __future__ import annotations
 
+import ctypes
 import statistics
+from pathlib import Path
+
+RAGGED = [  # (B, H, HKV, S, D, causal): sequence lengths that cut the tiles, GQA, both masks
+    (2, 4, 4, 1000, 128, False), (2, 4, 4, 1000, 128, True), (1, 4, 2, 777, 128, True),
+    (1, 2, 2, 130, 128, False), (1, 2, 1, 333, 64, True), (2, 3, 3, 1537, 64, False),
+    (1, 2, 2, 64, 128, True), (1, 1, 1, 17, 128, False),
+]
+
+
+class Kernel:
+    """One configuration of flash_attention_fwd bound to one problem's torch tensors: the cubin
+    from porter's compile cache (the one the engine measured), the template's own launch
+    geometry and rank-3 tensor maps ({D, S, B * heads}, as the attention op builds them).
+    Calling it launches the kernel on torch's current stream."""
+
+    def __init__(self, params, q, k, v, o, lse, causal, scale, sms):
+        import torch
+        from porter.build.compile import compile_variant
+        from porter.measure import tma
+        from porter.spec.arch import ARCHS
+        from porter.spec.template import find_template
+        tpl = find_template("flash_attention_fwd")
+        arch = ARCHS["sm_90a"].with_sms(sms)
+        B, H, S, D = q.shape
+        size = (B, H, k.shape[1], S, D, 2 if causal else 1)
+        res = compile_variant(tpl, params, arch)
+        if not res.ok:
+            raise RuntimeError(f"{params} does not compile: {res.log[:2000]}")
+        self.params, self.resources, self.launch = dict(params), res.resources, tma.launch
+        self.mod, self.fn = tma.load_function(Path(res.cubin_path).read_bytes(), tpl.kernel)
+        env = tpl.env(params, arch, size)
+        geo = tpl.launch(params, arch, size, env=env)
+        self.grid, self.block, self.smem = tuple(geo.grid), tuple(geo.block), geo.smem
+        maps = []
+        for buf, box, swizzle in tpl.map_boxes(env):
+            t = {"Q": q, "K": k, "V": v, "O": o}[buf]
+            maps.append(bytes(128) if not all(box) else tma.encode_tiled(
+                t.data_ptr(), [t.shape[3], t.shape[2], t.shape[0] * t.shape[1]],
+                [t.shape[3] * 2, t.shape[2] * t.shape[3] * 2], [int(b) for b in box], swizzle))
+        self.keep = (q, k, v, o, lse)
+        self.args = [ctypes.c_void_p(t.data_ptr()) for t in (q, k, v, o, lse)] + \
+            [ctypes.c_int(B), ctypes.c_int(H), ctypes.c_int(k.shape[1]), ctypes.c_int(S),
+             ctypes.c_int(int(causal)), ctypes.c_float(scale), ctypes.c_void_p(0)] + maps
+        self.stream = torch.cuda.current_stream().cuda_stream
+
+    def __call__(self):
+        self.launch(self.fn, self.grid, self.block, self.smem, args=self.args,
+                    stream=self.stream)
+
+
+def ragged_checks(configs, sms) -> list[dict]:
+    """Each configuration on every RAGGED shape its constraints allow: O and LSE of every row of
+    three heads against fp32, outputs NaN-poisoned first."""
+    import math
+    from porter.build.check import static_check
+    from porter.spec.arch import ARCHS
+    from porter.spec.template import find_template
+    tpl = find_template("flash_attention_fwd")
+    arch = ARCHS["sm_90a"].with_sms(sms)
+    out = []
+    for params in configs:
+        for (B, H, HKV, S, D, causal) in RAGGED:
+            if static_check(tpl, arch, params, [(B, H, HKV, S, D, 2 if causal else 1)]):
+                continue
+            q, k, v, o, lse = make_problem(B, H, HKV, S, D, seed=S * 7 + D + causal)
+            scale = 1 / math.sqrt(D)
+            try:
+                eo, el = verify(Kernel(params, q, k, v, o, lse, causal, scale, sms),
+                                q, k, v, o, lse, causal, scale, full_rows=True)
+            except Exception as e:   # noqa: BLE001 - recorded as a failed check
+                print(f"  {params} S{S} D{D}: {e}", flush=True)
+                eo = el = float("inf")
+            ok = eo < 1e-2 and el < 1e-3
+            out.append(dict(params=params, shape=dict(B=B, H=H, HKV=HKV, S=S, D=D,
+                                                      causal=causal), err_o=eo, err_lse=el,
+                            ok=ok))
+            print(f"check B{B} H{H}/{HKV} S{S} D{D} causal={int(causal)} "
+                  f"{_short(params)}: O {eo:.2e} LSE {el:.2e} {'ok' if ok else 'WRONG'}",
+                  flush=True)
+    return out
+
+
+def _short(params) -> str:
+    return " ".join(f"{k}={v}" for k, v in params.items() if k != "HD")
 
 
 def reference(q, k, v, causal, scale, heads, rows):
