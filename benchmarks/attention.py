@@ -168,6 +168,8 @@ def main():
     names = [n for n in args.variants.split(",") if n]
     ports = {} if names else run_ports(shapes, args)
     port_s = time.monotonic() - t0
+    (out / "attention_engine_h200.json").write_text(json.dumps(     # kept if the rest fails
+        [dict(shape=size_text(s), **p) for s, p in ports.items()], indent=1))
 
     import torch
     from porter.build.compile import nvrtc_version
