@@ -1,0 +1,215 @@
+"""The GPU side of benchmarks/gemm_sweep.py: one porter job per shape (porter's Engine, the
+auto sampler, warm-started from the nearest tuned shapes through porter.search.warm), stopped
+early once the search has converged, then its fastest configurations re-timed interleaved with
+cuBLAS (port_bench.side_by_side: cublasGemmEx and torch.matmul, an L2 flush before every
+repeat)."""
+from __future__ import annotations
+
+import contextlib
+import datetime
+import math
+import time
+from pathlib import Path
+
+from porter.build.check import static_check
+from porter.build.compile import nvrtc_version
+from porter.job.hooks import JobHooks, PoolCompiles
+from porter.job.jobs import make_spec, template_record, template_snapshot
+from porter.job.loop import Engine, finish_job
+from porter.measure.backends.gpu import GpuBackend
+from porter.search.warm import Tuned, seeds_for
+from porter.spec.arch import get_arch
+from porter.spec.template import find_template, load_template
+
+TEMPLATE = "gemm_wgmma"
+N_SEEDS = 12              # warm-start configurations per shape (nearest tuned shapes)
+COMPILE_WORKERS = 12      # one compile pool for the whole sweep (porter.job.loop's per job
+AHEAD = 6                 # costs ~1 s of spawning a shape); at most AHEAD trials in flight
+
+
+class SharedPool(PoolCompiles):
+    """The engine's compile pool, kept from job to job: closing it drops what is pending."""
+
+    def __init__(self, workers: int, ahead: int):
+        super().__init__(workers)
+        self.ahead = ahead
+
+    def close(self) -> None:
+        for fut in self._futures:
+            fut.cancel()
+        self._futures.clear()
+
+    def compile_all(self, tpl, configs, arch) -> None:
+        for c in configs:
+            self.submit(None, tpl, c, arch)
+        while self.pending():
+            self.finished()
+
+    def shutdown(self) -> None:
+        super().close()
+
+
+@contextlib.contextmanager
+def shared_compiles(workers: int = COMPILE_WORKERS, ahead: int = AHEAD):
+    """While open, every job's loop compiles in one pool (porter.job.loop.compiles_for is the
+    engine's only way to get one, so it is swapped for the duration)."""
+    from porter.job import loop
+    pool = SharedPool(workers, ahead)
+    original = loop.compiles_for
+    loop.compiles_for = lambda needs_compile, n: pool if needs_compile and n else \
+        original(needs_compile, n)
+    try:
+        yield pool
+    finally:
+        loop.compiles_for = original
+        pool.shutdown()
+
+
+class Converged(JobHooks):
+    """The embedded hooks, plus: stop once `min_trials` trials are in and the best objective
+    has not improved by more than `tol` over the last `patience` of them. Trials in flight
+    finish and are recorded (and counted)."""
+
+    def __init__(self, min_trials: int, patience: int, tol: float = 0.005):
+        self.min_trials, self.patience, self.tol = min_trials, patience, tol
+        self.count = self.last_gain = 0
+        self.best = math.inf
+        self.stopped = False
+
+    def on_trial(self, rec, best) -> None:
+        if rec.status == "infeasible":
+            return
+        self.count += 1
+        if rec.objective is not None and rec.objective < self.best * (1 - self.tol):
+            self.last_gain = self.count
+        if rec.objective is not None:
+            self.best = min(self.best, rec.objective)
+
+    def beat(self):
+        signal = super().beat()
+        if signal is None and self.count >= self.min_trials and \
+                self.count - self.last_gain >= self.patience:
+            self.stopped = True
+            return "stop"
+        return signal
+
+
+def size_text(shape) -> str:
+    return "x".join(map(str, shape))
+
+
+class SweepPorter:
+    """Holds the two measuring processes (search: few repeats; re-time: interleaved with the
+    baselines), the database and the template for a whole sweep."""
+
+    def __init__(self, store, trials: int, min_trials: int, patience: int,
+                 include_dir: str | None = None, backends=None):
+        self.store, self.trials = store, trials
+        self.min_trials, self.patience = min_trials, patience
+        self.include_dir = include_dir
+        self.tpl = template(include_dir)
+        if backends is None:
+            # search: 5-40 repeats of ~12 ms a trial (the finalists are re-timed carefully)
+            backends = (GpuBackend(seed=1, min_repeats=5, max_repeats=40, target_ms=12.0),
+                        GpuBackend(seed=123, min_repeats=10, target_ms=40.0))
+        self.search_be, self.retime_be = backends
+        self.retime_be.fresh_baseline = True
+        self.device = self.search_be.device_info()
+        self.search_be.sms = self.retime_be.sms = int(self.device.get("sms") or 0)
+        self.arch = get_arch("sm_90a").with_sms(self.search_be.sms)
+        self.src, self.space = template_record(self.tpl)
+        self.snapshot = template_snapshot(self.tpl)
+
+    def close(self):
+        self.search_be.close()
+        self.retime_be.close()
+
+    def seeds(self, shape, tuned: list[Tuned]) -> list[dict]:
+        def feasible(cfg):
+            return static_check(self.tpl, self.arch, cfg, [tuple(shape)]) is None
+        return seeds_for(shape, tuned, self.tpl.params, feasible, N_SEEDS)
+
+    def precompile(self, configs: list[dict], pool: SharedPool) -> float:
+        """Compiles configurations ahead in the sweep's pool (the compile cache serves every
+        shape: M, N, K are kernel arguments); returns the wall seconds."""
+        t0 = time.monotonic()
+        uniq = {self.tpl.config_key(c): c for c in configs}
+        pool.compile_all(self.tpl, list(uniq.values()), self.arch)
+        return time.monotonic() - t0
+
+    def port(self, shape, seeds: list[dict]) -> dict:
+        """One job for one shape; the record's search half."""
+        spec, _, _ = make_spec(TEMPLATE, "sm_90a", [size_text(shape)], self.trials)
+        job = self.store.create_job(spec, self.tpl.name, self.tpl.source_hash, self.src,
+                                    self.space, status="running", snapshot=self.snapshot)
+        hooks = Converged(self.min_trials, self.patience)
+        t0 = time.monotonic()
+        summary = Engine(self.store, self.tpl, self.arch, self.search_be,
+                         workers=COMPILE_WORKERS, on_trial=hooks.on_trial,
+                         hooks=hooks).run(job, spec, seeds)
+        seconds = time.monotonic() - t0
+        if hooks.stopped:
+            finish_job(self.store, job, "done", f"converged: no gain over {hooks.patience} "
+                       f"trials after {hooks.count}")
+        trials = self.store.trials(job)
+        counts: dict[str, int] = {}
+        for t in trials:
+            counts[t.status] = counts.get(t.status, 0) + 1
+        measured = sorted((t for t in trials if t.objective is not None),
+                          key=lambda t: t.objective)
+        warm_keys = {self.tpl.config_key(s) for s in seeds}
+        best_warm = min((t.objective for t in measured if t.config_key in warm_keys),
+                        default=None)
+        return {"job": job, "trials": sum(n for s, n in counts.items() if s != "infeasible"),
+                "seconds": round(seconds, 2), "counts": counts,
+                "stopped": "converged" if hooks.stopped else summary.status,
+                "compiled_here": summary.compiled, "warm_seeds": len(seeds),
+                "search_ratio": 1 / measured[0].objective if measured else None,
+                "best_warm_seed_ratio": 1 / best_warm if best_warm else None,
+                "measured": measured}
+
+    def retime(self, shape, measured, finalists: int = 2) -> dict | None:
+        """The fastest `finalists` configurations timed interleaved with the baselines (3
+        rounds each); the best of them timed once more (5 rounds): that is the figure."""
+        from port_bench import side_by_side
+        fin = []
+        for t in measured[:finalists]:
+            r, _ = side_by_side(self.retime_be, self.tpl, self.arch, t.params, tuple(shape),
+                                repeats=3)
+            if r is not None:
+                fin.append((r, t))
+        if not fin:
+            return None
+        sel, best = max(fin, key=lambda f: f[0]["ratio"])
+        t0 = time.monotonic()
+        res, _ = side_by_side(self.retime_be, self.tpl, self.arch, best.params, tuple(shape),
+                              repeats=5)
+        res = res or sel
+        return {**res, "params": best.params, "selection_ratio": sel["ratio"],
+                "confirm_seconds": round(time.monotonic() - t0, 2),
+                "finalists": [{"params": t.params, "ratio": r["ratio"], "ours_ms": r["ours_ms"],
+                               "search_ratio": 1 / t.objective} for r, t in fin]}
+
+    def record(self, shape, category, seeds) -> dict:
+        found = self.port(shape, seeds)
+        t0 = time.monotonic()
+        res = self.retime(shape, found.pop("measured"))
+        rec = {"template": TEMPLATE, "arch": self.arch.name, "gpu": self.device.get("gpu", ""),
+               "driver": self.device.get("driver", ""), "nvrtc": nvrtc_version(),
+               "date": datetime.date.today().isoformat(), "shape": list(shape),
+               "category": category, **found, "retime_seconds": round(time.monotonic() - t0, 2)}
+        if res is None:
+            rec.update(params=None, ratio=None, note="no configuration measured")
+        else:
+            rec.update(res)
+        return rec
+
+
+def template(include_dir: str | None = None):
+    """gemm_wgmma, compiled against `include_dir` (a copy of porter/include taken from a
+    commit, so headers being edited beside the sweep cannot change its kernels) or porter's."""
+    if include_dir is None:
+        return find_template(TEMPLATE)
+    from porter.spec.snapshot import bundle
+    folder, inc = find_template(TEMPLATE).folder, Path(include_dir)
+    return load_template(folder, include_dir=inc, source_hash=bundle(folder, inc).hash)

@@ -1,0 +1,171 @@
+"""Warm starts for a problem size nobody tuned yet: the best configurations of the nearest tuned
+sizes, nearest first, each repaired into the new size's feasible set.
+
+A tuned size is a `Tuned` (the size and its configurations, best first), read from a porter
+database (`tuned_from_store`: every job of one size) or from results records
+(`tuned_from_records`: DESIGN.md's records, `shape` and `params`, with their `finalists`).
+`nearest_seeds` orders (source, rank) pairs by the distance between the sizes in log2 units
+plus RANK_COST per rank, so the nearest size's best few come before a farther size's best, and
+drops repeats. `repair` turns a seed the new size rules out (say a TMA-stored epilogue where
+N % 8 != 0) into the nearest feasible configuration: one parameter changed, else two, the
+parameters at the end of the template's order first (templates list the tile shape first and
+the scheduling and epilogue options after it), so the tile shape is what is kept longest.
+
+Nothing here compiles or measures: `feasible` is the caller's static check."""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+RANK_COST = 1.5          # log2 units a lower rank costs: the nearest size's 2nd best comes
+                         # before the best of a size 1.5 doublings farther
+MAX_CHANGES = 2          # repair changes at most this many parameters
+
+
+@dataclass(frozen=True)
+class Tuned:
+    size: tuple[int, ...]
+    configs: tuple[dict, ...]          # best first
+    source: str = ""
+    ratio: float | None = field(default=None, compare=False)   # the best one's, if known
+
+
+def size_distance(a: Sequence[int], b: Sequence[int],
+                  weights: Sequence[float] | None = None) -> float:
+    """Sum over dimensions of |log2 a - log2 b| (times the dimension's weight)."""
+    if len(a) != len(b):
+        return math.inf
+    w = weights or (1.0,) * len(a)
+    return sum(wi * abs(math.log2(max(x, 1)) - math.log2(max(y, 1)))
+               for wi, x, y in zip(w, a, b))
+
+
+def nearest_seeds(size: Sequence[int], tuned: Iterable[Tuned], n: int = 16,
+                  weights: Sequence[float] | None = None, per_source: int = 4,
+                  exclude_size: bool = True) -> list[dict]:
+    """Up to n configurations for `size`, best guess first (see the module's docstring).
+    exclude_size: a source of exactly this size is left out (a sweep re-porting a size must
+    not start from its own answer)."""
+    items = []
+    for t in tuned:
+        if exclude_size and tuple(t.size) == tuple(size):
+            continue
+        d = size_distance(size, t.size, weights)
+        if not math.isfinite(d):
+            continue
+        for rank, cfg in enumerate(t.configs[:per_source]):
+            items.append((d + RANK_COST * rank, rank, t.source, cfg))
+    items.sort(key=lambda x: (x[0], x[1], x[2]))
+    out, seen = [], set()
+    for _, _, _, cfg in items:
+        key = tuple(sorted(cfg.items()))
+        if key not in seen:
+            seen.add(key)
+            out.append(dict(cfg))
+        if len(out) >= n:
+            break
+    return out
+
+
+def repair(config: Mapping[str, Any], params: Mapping[str, Sequence],
+           feasible: Callable[[dict], bool], max_changes: int = MAX_CHANGES) -> dict | None:
+    """`config` if feasible, else the feasible configuration that differs from it in the
+    fewest parameters (at most max_changes), trying the template's last parameters first and
+    each one's values in the template's order; None if there is none that close."""
+    cfg = {k: config[k] for k in params if k in config}
+    if len(cfg) != len(params):
+        return None
+    if feasible(dict(cfg)):
+        return dict(cfg)
+    names = list(params)[::-1]
+    for k in range(1, max_changes + 1):
+        for group in itertools.combinations(names, k):
+            choices = [[v for v in params[p] if v != cfg[p]] for p in group]
+            for values in itertools.product(*choices):
+                trial = {**cfg, **dict(zip(group, values))}
+                if feasible(trial):
+                    return trial
+    return None
+
+
+def seeds_for(size: Sequence[int], tuned: Iterable[Tuned], params: Mapping[str, Sequence],
+              feasible: Callable[[dict], bool], n: int = 16,
+              weights: Sequence[float] | None = None) -> list[dict]:
+    """nearest_seeds, each repaired for this size (feasible(config) judges it), repeats
+    dropped: what a port of `size` proposes first."""
+    out, seen = [], set()
+    for cfg in nearest_seeds(size, tuned, 4 * n, weights):
+        fixed = repair(cfg, params, feasible)
+        if fixed is None:
+            continue
+        key = tuple(fixed[p] for p in params)
+        if key not in seen:
+            seen.add(key)
+            out.append(fixed)
+        if len(out) >= n:
+            break
+    return out
+
+
+def tuned_from_records(records: Iterable[Mapping], template: str,
+                       defaults: Mapping[str, Any] | None = None, source: str = "",
+                       finalists: bool = True) -> list[Tuned]:
+    """Tuned sizes from results records of `template` (records with `shape` and `params`;
+    their `finalists`, best ratio first, follow the reported configuration). defaults: values
+    for parameters an older record lacks (a template that grew a parameter whose first value
+    keeps the old code); records with parameters the template no longer has are left out."""
+    by_size: dict[tuple, list[tuple[float, dict]]] = {}
+    ratios: dict[tuple, float] = {}
+    for r in records:
+        if r.get("template") != template or "params" not in r or "shape" not in r:
+            continue
+        size = tuple(int(x) for x in r["shape"])
+        cands = [(-(r.get("ratio") or 0.0) - 1.0, r["params"])]   # the reported one first
+        if finalists:
+            cands += [(-(f.get("ratio") or 0.0), f["params"]) for f in r.get("finalists", ())
+                      if "params" in f]
+        for score, p in cands:
+            cfg = _complete(p, defaults)
+            if cfg is not None:
+                by_size.setdefault(size, []).append((score, cfg))
+        if r.get("ratio"):
+            ratios[size] = max(ratios.get(size, 0.0), r["ratio"])
+    return [Tuned(size, tuple(_dedupe(c for _, c in sorted(v, key=lambda x: x[0]))), source,
+                  ratios.get(size)) for size, v in by_size.items()]
+
+
+def tuned_from_store(store, template: str, arch: str | None = None, per_job: int = 4
+                     ) -> list[Tuned]:
+    """Tuned sizes from a porter database: each measured job of `template` (on `arch`) that
+    ran one size, with its best configurations; several jobs of one size are merged."""
+    by_size: dict[tuple, list[tuple[float, dict]]] = {}
+    for info in store.list_jobs(None, template=template, arch=arch):
+        if len(info.spec.sizes) != 1:
+            continue
+        for t in store.best_trials(info.id, per_job):
+            if t.objective is not None:
+                by_size.setdefault(tuple(info.spec.sizes[0]), []).append(
+                    (t.objective, dict(t.params)))
+    return [Tuned(size, tuple(_dedupe(c for _, c in sorted(v, key=lambda x: x[0]))),
+                  f"{store.url}", 1.0 / min(o for o, _ in v))
+            for size, v in by_size.items()]
+
+
+def _complete(params: Mapping[str, Any], defaults: Mapping[str, Any] | None) -> dict | None:
+    if defaults is None:
+        return dict(params)
+    if set(params) - set(defaults):
+        return None
+    return {k: params.get(k, v) for k, v in defaults.items()}
+
+
+def _dedupe(configs: Iterable[dict]) -> list[dict]:
+    out, seen = [], set()
+    for c in configs:
+        key = tuple(sorted(c.items()))
+        if key not in seen:
+            seen.add(key)
+            out.append(c)
+    return out
