@@ -1,0 +1,161 @@
+"""The bf16 GEMM sweep's CPU-testable parts: its shape list covers what models run, the warm
+start picks seeds from the nearest tuned shapes and repairs them into the new shape's feasible
+set, the pathology rule and the summary, and the committed results file's fields."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import gemm_sweep as gs  # noqa: E402
+from porter.build.check import static_check  # noqa: E402
+from porter.search.warm import (Tuned, nearest_seeds, repair, seeds_for,  # noqa: E402
+                                size_distance, tuned_from_records)
+from porter.spec.arch import get_arch  # noqa: E402
+from porter.spec.template import find_template  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results" / "gemm_sweep_h200.json"
+
+
+def shapes(cat=None):
+    return [tuple(s[1:]) for s in gs.SHAPES if cat is None or s[0] == cat]
+
+
+def test_shape_list_covers_what_models_run():
+    all_ = shapes()
+    assert len(all_) >= 40 and len(set(all_)) == len(all_)
+    assert all(k % 8 == 0 for _, _, k in all_)          # TMA: K's pitch a multiple of 16 bytes
+    sq = [m for m, n, k in all_ if m == n == k]
+    assert any(m & (m - 1) == 0 for m in sq) and sum(m & (m - 1) != 0 for m in sq) >= 3
+    llm = shapes("llm") + shapes("skinny")
+    dims = {4096, 5120, 8192, 14336, 28672}
+    assert all(n in dims and k in dims for _, n, k in llm)
+    ms = {m for m, _, _ in llm}
+    assert min(ms) == 1 and max(ms) == 16384 and len(ms) >= 8
+    assert {n for _, n, _ in llm} == dims and {k for _, _, k in llm} == dims
+    ragged = shapes("ragged")
+    assert len(ragged) >= 6 and all(m % 64 and n % 64 for m, n, _ in ragged)
+    assert any(n % 8 for _, n, _ in ragged)             # no TMA-stored epilogue there
+    assert len([s for s in all_ if s[2] <= 1024]) >= 6
+    assert len([s for s in all_ if s[2] >= 32768]) >= 3
+    assert len([s for s in all_ if s[0] <= 64]) >= 6
+
+
+def test_nearest_seeds_take_the_nearest_shapes_first():
+    a, b, c = {"X": 1}, {"X": 2}, {"X": 3}
+    tuned = [Tuned((4096, 4096, 4096), (a, b)), Tuned((16, 8192, 8192), (c,)),
+             Tuned((3000, 5000, 1000), ({"X": 9},))]
+    # 4096^3 is 9 doublings away, 3000x5000x1000 10.3: its best comes before 4096^3's second
+    assert nearest_seeds((32, 8192, 8192), tuned, 4) == [c, a, {"X": 9}, b]
+    assert nearest_seeds((4096, 4096, 4096), tuned, 2) == [{"X": 9}, c]   # not its own
+    # a source of the very shape is left out: a re-port does not start from its own answer
+    assert {"X": 9} not in nearest_seeds((3000, 5000, 1000), tuned, 5)
+    assert size_distance((1, 2, 4), (4, 2, 1)) == 4.0
+
+
+def test_repair_changes_the_fewest_and_latest_parameters():
+    params = {"A": [1, 2], "B": [1, 2, 3], "C": [0, 1]}
+    ok = {(2, 3, 1), (1, 1, 0), (1, 3, 0)}
+    feasible = lambda c: (c["A"], c["B"], c["C"]) in ok   # noqa: E731
+    assert repair({"A": 2, "B": 3, "C": 1}, params, feasible) == {"A": 2, "B": 3, "C": 1}
+    # one change, the last parameter first: C, not A
+    assert repair({"A": 1, "B": 3, "C": 1}, params, feasible) == {"A": 1, "B": 3, "C": 0}
+    assert repair({"A": 2, "B": 2, "C": 0}, params, feasible, max_changes=1) is None
+    # two changes: C and B before C and A
+    assert repair({"A": 2, "B": 2, "C": 0}, params, feasible) == {"A": 2, "B": 3, "C": 1}
+
+
+def test_seeds_for_a_ragged_n_are_feasible_and_keep_the_tile():
+    """N % 8 != 0 rules out the TMA-stored epilogues (EPI 2/3) and TAILW of every tuned seed;
+    repaired, they keep their tiles."""
+    tpl, arch = find_template("gemm_wgmma"), get_arch("sm_90a")
+    shape = (2999, 4004, 1000)
+    seeds = seeds_for(shape, gs.tuned_sources(), tpl.params,
+                      lambda c: static_check(tpl, arch, c, [shape]) is None, 12)
+    assert len(seeds) == 12
+    assert all(static_check(tpl, arch, c, [shape]) is None for c in seeds)
+    assert all(c["EPI"] < 2 and c["TAILW"] == 0 for c in seeds)
+    assert (seeds[0]["BM"], seeds[0]["BN"]) == (128, 256)
+
+
+def test_tuned_records_fill_new_parameters_and_skip_removed_ones():
+    defaults = {"BM": 128, "TAILW": 0}
+    recs = [{"template": "gemm_wgmma", "shape": [1, 2, 3], "params": {"BM": 64}, "ratio": 1.0,
+             "finalists": [{"params": {"BM": 256}, "ratio": 1.01},
+                           {"params": {"BM": 64}, "ratio": 1.0}]},
+            {"template": "gemm_wgmma", "shape": [4, 5, 6], "params": {"BM": 64, "NARROW": 1}},
+            {"template": "other", "shape": [1, 2, 3], "params": {"BM": 64}}]
+    (t,) = tuned_from_records(recs, "gemm_wgmma", defaults)
+    # the reported configuration first, then the finalists by ratio, no repeats
+    assert t.configs == ({"BM": 64, "TAILW": 0}, {"BM": 256, "TAILW": 0})
+    assert t.size == (1, 2, 3)
+
+
+def test_every_tuned_source_and_sweep_record_is_usable():
+    tuned = gs.tuned_sources()
+    assert {(4096, 4096, 4096), (16, 8192, 8192), (4096, 28672, 8192)} <= {t.size for t in tuned}
+    rec = {"shape": [5, 6, 7], "params": {"X": 1}, "ratio": 1.0,
+           "finalists": [{"params": {"X": 2}, "ratio": 1.1}, {"params": {"X": 1}, "ratio": 1}]}
+    assert gs.sweep_tuned(rec).configs == ({"X": 1}, {"X": 2})
+
+
+def test_pathology_rule_and_summary():
+    recs = [{"shape": [4096, 4096, 4096], "category": "a", "ratio": 1.0, "trials": 30,
+             "baseline_ms": 0.176 / 0.9},
+            {"shape": [8192, 8192, 8192], "category": "a", "ratio": 1.02, "trials": 60,
+             "baseline_ms": 1.41 / 0.9},
+            # cuBLAS at a fifth of its usual share of the roofline and 3x our time
+            {"shape": [2999, 4001, 4104], "category": "b", "ratio": 3.0, "trials": 40,
+             "baseline_ms": gs.roofline_ms((2999, 4001, 4104), 4000) / 0.18},
+            {"shape": [3000, 5000, 1000], "category": "b", "ratio": 0.95, "trials": 41,
+             "baseline_ms": gs.roofline_ms((3000, 5000, 1000), 4000) / 0.85}]
+    gs.mark_pathological(recs, 4000)
+    assert [r["baseline_pathological"] for r in recs] == [False, False, True, False]
+    s = gs.summarize(recs)
+    assert s["counted"] == 3 and s["pathological"] == [[2999, 4001, 4104]]
+    assert s["geomean"] == pytest.approx((1.0 * 1.02 * 0.95) ** (1 / 3))
+    assert s["below_0.97"] == [{"shape": [3000, 5000, 1000], "ratio": 0.95}]
+    assert s["accept"] == {"geomean_at_least_1": False, "none_below_0.97": False,
+                           "trials_at_most_60": True}
+
+
+def test_converged_hook_stops_after_patience():
+    from _sweep_port import Converged
+    from porter.records import TrialRecord
+
+    class Store:
+        def cancel_requested(self, job):
+            return False
+    h = Converged(min_trials=4, patience=4)
+    h.start(Store(), 1)
+    for i, obj in enumerate([1.0, 0.9, 0.899, 0.9, 0.95]):
+        h.on_trial(TrialRecord(number=i, params={}, config_key="", status="measured",
+                               objective=obj), None)
+        assert h.beat() is None
+    h.on_trial(TrialRecord(number=9, params={}, config_key="", status="infeasible"), None)
+    assert h.beat() is None            # infeasible trials do not count
+    h.on_trial(TrialRecord(number=5, params={}, config_key="", status="measured",
+                           objective=0.91), None)
+    assert h.beat() == "stop" and h.stopped
+
+
+def test_bad_shape_is_one_line():
+    with pytest.raises(SystemExit, match="write MxNxK"):
+        gs.parse_shape("4096x4096")
+
+
+@pytest.mark.skipif(not RESULTS.is_file(), reason="no sweep results committed yet")
+def test_results_file_has_every_field():
+    doc = json.loads(RESULTS.read_text())
+    assert len(doc["records"]) >= 40
+    for r in doc["records"]:
+        for key in ("gpu", "shape", "params", "trials", "seconds", "ratio",
+                    "baseline_pathological"):
+            assert key in r, (r["shape"], key)
+        assert r["trials"] <= 60
+    assert "geomean" in doc["summary"]
