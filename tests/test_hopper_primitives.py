@@ -63,6 +63,16 @@ USES = {
         for (int i = 0; i < 4; ++i) d[i] += e[i];
         for (int i = 0; i < 100; ++i) d[i] += f[i];
         for (int i = 0; i < 116; ++i) out[i] = __float_as_uint(d[i]);""",
+    "wgmma_fp8.cuh": """
+        // operands from memory, as in a kernel (see wgmma_bf16.cuh's use)
+        const uint64_t da = out[0] | (uint64_t)out[1] << 32, db = out[2];
+        float d[128], e[8];
+        for (int i = 0; i < 128; ++i) d[i] = __uint_as_float(out[i]);
+        for (int i = 0; i < 8; ++i) e[i] = d[i + 64];
+        hopper::wgmma_fp8<256, 0, 0>::ss_acc(d, da, db);
+        hopper::wgmma_fp8<16, 0, 1>::ss(e, da, db, (int)out[3]);
+        for (int i = 0; i < 8; ++i) d[i] += e[i];
+        for (int i = 0; i < 128; ++i) out[i] = __float_as_uint(d[i]);""",
     "wgmma.cuh": """
         float acc[2][112] = {};
         hopper::wgmma::fence();

@@ -100,16 +100,22 @@ def tiled_params(ptr: int, dims: Sequence[int], strides_bytes: Sequence[int],
             "elem_strides": [1] * rank, "swizzle": swizzle}
 
 
+_DTYPES = {2: "BFLOAT16", 1: "UINT8", 4: "FLOAT32"}   # by element bytes (UINT8: fp8 too)
+
+
 def encode_tiled(ptr: int, dims: Sequence[int], strides_bytes: Sequence[int],
-                 box: Sequence[int], swizzle: int = 128) -> bytes:
-    """A rank-N bf16 tensor map (arguments as `tiled_params`); interleave none, L2 promotion
-    256 B, out-of-bounds elements read as zero and stores clip at the edges. Returns the
-    descriptor's 128 bytes. `encode_tiled_2d` is the row-major matrix case."""
-    p = tiled_params(ptr, dims, strides_bytes, box, swizzle)
+                 box: Sequence[int], swizzle: int = 128, elem_bytes: int = 2) -> bytes:
+    """A rank-N tensor map (arguments as `tiled_params`) of bf16 elements, or with elem_bytes
+    1 of bytes (fp8: TMA only copies them) or 4 of fp32; interleave none, L2 promotion 256 B,
+    out-of-bounds elements read as zero and stores clip at the edges. Returns the descriptor's
+    128 bytes. `encode_tiled_2d` is the row-major bf16 matrix case."""
+    if elem_bytes not in _DTYPES:
+        raise ValueError(f"element size must be one of {sorted(_DTYPES)} bytes, not {elem_bytes}")
+    p = tiled_params(ptr, dims, strides_bytes, box, swizzle, elem_bytes)
     drv = _driver()
     u64, u32 = drv.cuuint64_t, drv.cuuint32_t
     tmap = _check(drv.cuTensorMapEncodeTiled(
-        drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+        getattr(drv.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{_DTYPES[elem_bytes]}"),
         p["rank"],
         p["ptr"],
         [u64(d) for d in p["dims"]],

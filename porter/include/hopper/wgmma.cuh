@@ -8,11 +8,14 @@
 //   MN-major operand (V in P V: rows are K, the contiguous elements are N): boxes of 64
 //     columns lie `box_bytes` apart (the leading byte offset); the k16 step starts 16 rows
 //     (2048 bytes) further.
+// fp8 (wgmma_fp8.cuh) is K-major only; its k32 step reads the same 32 bytes of a swizzle row as
+// bf16's k16 step, so a 128-byte box holds 128 fp8 along K and the descriptors are the same.
 // Protocol per batch of MMAs: fence() (orders register accesses before the async reads),
 // the MMAs, commit(), then wait<N>() until at most N batches are still in flight.
 #pragma once
 #include "porter.cuh"
 #include "hopper/wgmma_bf16.cuh"
+#include "hopper/wgmma_fp8.cuh"
 
 namespace hopper {
 namespace wgmma {
@@ -91,6 +94,28 @@ __device__ __forceinline__ void mma_rs_mn(float* d, const uint32_t* a, uint32_t 
 #pragma unroll
   for (int kk = 0; kk < kSteps; ++kk)
     wgmma_bf16<kN, 1>::rs(d, a + 4 * kk, desc_mn_sw128(b0 + kk * 2048, b_box), 1);
+}
+
+// fp8 (operand types kA, kB: 0 = e4m3, 1 = e5m2): kMT m64 tiles of A (a_tile bytes apart)
+// against one B over kSteps k32 steps, boxes of 128 along K a_box / b_box bytes apart. The first
+// step's scale_d is `scale_first` (0: D is overwritten, a fresh promotion interval), the rest
+// accumulate.
+template <int kN, int kSteps, int kMT, int kA, int kB, int kRegs>
+__device__ __forceinline__ void mma_fp8_k_tiles(float (*d)[kRegs], uint32_t a0, uint32_t a_tile,
+                                                uint32_t a_box, uint32_t b0, uint32_t b_box,
+                                                int scale_first) {
+  static_assert(kN / 2 <= kRegs, "the accumulator rows hold N / 2 floats");
+#pragma unroll
+  for (int kk = 0; kk < kSteps; ++kk) {
+    const uint32_t off = (kk % 4) * 32;
+    const uint64_t db = desc_k_sw128(b0 + (kk / 4) * b_box + off);
+#pragma unroll
+    for (int t = 0; t < kMT; ++t) {
+      const uint64_t da = desc_k_sw128(a0 + (kk / 4) * a_box + t * a_tile + off);
+      if (kk == 0) wgmma_fp8<kN, kA, kB>::ss(d[t], da, db, scale_first);
+      else wgmma_fp8<kN, kA, kB>::ss_acc(d[t], da, db);
+    }
+  }
 }
 
 }  // namespace wgmma

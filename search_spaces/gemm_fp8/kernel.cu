@@ -1,0 +1,349 @@
+// gemm_fp8: fp8 GEMM for Hopper (sm_90a). C[M,N] = (sa * A[M,K]) (sb * B[N,K])^T in bf16, A and B
+// e4m3 (FP8_A / FP8_B = 1: e5m2), fp32 accumulation. Scales (fp32, `scaling` at run time):
+//   1: per tensor, scale_a[0] * scale_b[0];  2: per row of A (scale_a[M]) and column of B
+//   (scale_b[N]), applied to the fp32 accumulators before the conversion to bf16.
+//
+// The structure is gemm_wgmma's, on the same primitives (porter/include/hopper/): warpgroup 0
+// produces (one thread issues TMA loads of A and B into a STAGES-deep ring of 128-byte-swizzled
+// stages, pipeline.cuh), warpgroups 1..CONSUMERS each own BM / CONSUMERS rows of the BM x BN tile
+// and issue wgmma.mma_async m64nBNk32 from shared memory (wgmma_fp8.cuh); setmaxnreg moves
+// registers from the producer to the consumers; a persistent grid strides over the tiles in
+// groups of GROUP_M rows (tile_scheduler.cuh), optionally sharing B in clusters of 2 by
+// multicast, or dealing the ragged last waves out as runs of k-tiles (stream-K, tile_reduce.cuh).
+// fp8 differs in three places:
+//   - a 128-byte swizzle row holds 128 fp8, so a k-tile (one TMA box per operand) is 128 wide
+//     and takes four k32 MMAs; the descriptors are bf16's K-major 128B ones (wgmma.cuh).
+//   - promotion: fp8 wgmma adds its products into the accumulator with reduced precision, so
+//     over a long K the error grows. PROMOTE = P > 0 runs the MMAs of P k-tiles into a second
+//     set of registers (the first MMA overwriting it) and adds that set into the fp32
+//     accumulators every P k-tiles (P * 128 products at a time). It costs the second set of
+//     accumulators and a wait for the MMAs to retire every P k-tiles. PROMOTE = 0 accumulates
+//     in the wgmma accumulator throughout (the counterpart of cuBLASLt's fast accumulation).
+//   - the epilogue scales the accumulators (per tensor, or by row and column) before
+//     converting them; EPI=3 then stores 64 x 64 boxes by TMA (stmatrix into TMA's swizzle),
+//     EPI=0 straight from the registers.
+#include "porter.cuh"
+#include "hopper/hopper.cuh"
+
+#ifndef BM
+#define BM 128
+#endif
+#ifndef BN
+#define BN 256
+#endif
+#ifndef STAGES
+#define STAGES 4
+#endif
+#ifndef CONSUMERS
+#define CONSUMERS 2
+#endif
+#ifndef GROUP_M
+#define GROUP_M 16
+#endif
+#ifndef CLUSTER
+#define CLUSTER 1
+#endif
+#ifndef EPI
+#define EPI 3          // 3: stmatrix into 64 x 64 smem boxes, TMA store; 0: stores from registers
+#endif
+#ifndef STREAMK
+#define STREAMK 0      // 1: the last one to two waves shared out as runs of k-tiles; 2: the last
+#endif                 // ragged wave only (partial tiles summed in the workspace)
+#ifndef PROMOTE
+#define PROMOTE 0      // > 0: k-tiles accumulated by the MMAs before they are added in fp32
+#endif
+#ifndef FP8_A
+#define FP8_A 0        // 0: e4m3, 1: e5m2
+#endif
+#ifndef FP8_B
+#define FP8_B 0
+#endif
+#if CLUSTER != 1 && CLUSTER != 2
+#error "CLUSTER must be 1 or 2"
+#endif
+#if EPI != 0 && EPI != 3
+#error "EPI must be 0 or 3"
+#endif
+
+#define BK 128                        // fp8 along K per stage: one 128-byte swizzle row
+#define THREADS (128 * (CONSUMERS + 1))
+#define WM (BM / CONSUMERS)           // rows per consumer warpgroup
+#define MT (WM / 64)                  // m64 wgmma tiles per consumer
+#define A_TILE_BYTES (BM * BK)
+#define B_TILE_BYTES (BN * BK)
+#define STAGE_BYTES (A_TILE_BYTES + B_TILE_BYTES)
+#if WM % 64 != 0
+#error "BM / CONSUMERS must be a multiple of 64"
+#endif
+#if BN % 64 != 0
+#error "BN must be a multiple of 64"
+#endif
+
+#if CONSUMERS == 1
+#define CONSUMER_REGS 240
+#else
+#define CONSUMER_REGS 232
+#endif
+#define PRODUCER_REGS 40
+
+// EPI=3: each consumer stages 64 rows x EPI_W columns (EPI_W / 64 boxes) at a time
+#define EPI_W ((BN % 128 == 0) ? 128 : 64)
+
+using namespace hopper;
+using Sched = TileScheduler<CLUSTER, 1, 1, STREAMK>;
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+gemm_fp8(const uint8_t* __restrict__ A, const uint8_t* __restrict__ B, bf16_t* __restrict__ C,
+         const float* __restrict__ scale_a, const float* __restrict__ scale_b, int M, int N,
+         int K, int scaling, void* workspace,
+         const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
+         const __grid_constant__ CUtensorMap tmC) {   // tmC: used by EPI=3 only
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  const uint32_t sA = base;
+  const uint32_t sB = base + STAGES * A_TILE_BYTES;
+  const uint32_t bars = sB + STAGES * B_TILE_BYTES;   // full[STAGES], empty[STAGES]
+  const uint32_t flag = bars + 16 * STAGES;            // split tiles: "this part came last"
+  const uint32_t sC = (flag + 4 + 1023u) & ~1023u;     // EPI=3 boxes, per consumer
+  (void)A;
+  (void)B;
+  (void)flag;
+  (void)sC;
+  (void)workspace;
+  const Pipeline<STAGES> ring(bars);
+
+  const int wg = threadIdx.x / 128;
+  const int tid = threadIdx.x % 128;
+
+  if (threadIdx.x == 0) {
+    ring.init(CONSUMERS * 4 * CLUSTER);   // every consumer warp of the cluster frees a stage
+    fence_barrier_init();
+  }
+#if CLUSTER > 1
+  cluster_sync();
+  const uint32_t crank = cluster_rank();   // CTAs of a cluster: adjacent tile rows, one B tile
+#else
+  __syncthreads();
+  const uint32_t crank = 0;
+#endif
+
+  const int tiles_m = (M + BM * CLUSTER - 1) / (BM * CLUSTER);   // in cluster units
+  const int tiles_n = (N + BN - 1) / BN;
+  const int ntiles = tiles_m * tiles_n;
+  const int kt_n = (K + BK - 1) / BK;
+  Work w;
+
+  if (wg == 0) {
+    // ------------------------------------------------------------------ producer
+    warpgroup::shrink_regs<PRODUCER_REGS>();
+    if (tid == 0) {
+      tma::prefetch_desc(&tmA);
+      tma::prefetch_desc(&tmB);
+      if (EPI == 3) tma::prefetch_desc(&tmC);
+      uint32_t it = 0;
+      while (Sched::at(it, w, ntiles, kt_n)) {
+        int tm, tn;
+        raster_grouped<GROUP_M>(w.tile, tiles_m, tiles_n, tm, tn);
+        tm = tm * CLUSTER + crank;
+        for (int kt = w.kb; kt < w.ke; ++kt, ++it) {
+          const auto st = Cursor<STAGES>::at(it);
+          ring.acquire(st);
+          const uint32_t full = ring.commit(st, STAGE_BYTES);
+          tma::load_2d(sA + st.stage * A_TILE_BYTES, &tmA, full, kt * BK, tm * BM);
+#if CLUSTER > 1
+          tma::load_2d_mc(sB + st.stage * B_TILE_BYTES + crank * (B_TILE_BYTES / CLUSTER), &tmB,
+                          full, kt * BK, tn * BN + crank * (BN / CLUSTER),
+                          (uint16_t)((1 << CLUSTER) - 1));
+#else
+          tma::load_2d(sB + st.stage * B_TILE_BYTES, &tmB, full, kt * BK, tn * BN);
+#endif
+        }
+      }
+    }
+  } else {
+    // ------------------------------------------------------------------ consumers
+    warpgroup::grow_regs<CONSUMER_REGS>();
+    const int c = wg - 1;
+    const int warp = tid / 32, lane = tid % 32;
+    const float s_tensor = scaling == 2 ? 1.f : __ldg(scale_a) * __ldg(scale_b);
+    float acc[MT][BN / 2];
+#if PROMOTE
+    float part[MT][BN / 2];   // the MMAs' accumulators, added into acc every PROMOTE k-tiles
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) part[mt][i] = 0.f;
+#define MMA_D part
+#else
+#define MMA_D acc
+#endif
+    const auto fence_d = [&]() {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) wgmma::fence_regs<BN / 2>(MMA_D[mt]);
+    };
+    uint32_t it = 0;
+    for (bool more = Sched::at(it, w, ntiles, kt_n); more; more = Sched::at(it, w, ntiles, kt_n)) {
+      int tm, tn;
+      raster_grouped<GROUP_M>(w.tile, tiles_m, tiles_n, tm, tn);
+      tm = tm * CLUSTER + crank;
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int i = 0; i < BN / 2; ++i) acc[mt][i] = 0.f;
+      fence_d();
+
+#if PROMOTE
+      uint32_t held = it;   // the first stage not yet released
+#else
+      Cursor<STAGES> prev;
+#endif
+      for (int kt = w.kb; kt < w.ke; ++kt, ++it) {
+        const auto st = Cursor<STAGES>::at(it);
+        ring.wait(st);
+        wgmma::fence();
+#if PROMOTE
+        // into the partial sums, the first MMA of an interval overwriting them; at the end of an
+        // interval wait for the MMAs, free its stages and add the sums into acc
+        wgmma::mma_fp8_k_tiles<BN, BK / 32, MT, FP8_A, FP8_B>(
+            part, sA + st.stage * A_TILE_BYTES + c * (WM * BK), 64 * BK, 0,
+            sB + st.stage * B_TILE_BYTES, 0, (kt - w.kb) % PROMOTE);
+        wgmma::commit();
+        fence_d();
+        if ((kt - w.kb + 1) % PROMOTE == 0 || kt + 1 == w.ke) {
+          wgmma::wait<0>();
+          fence_d();
+          if (lane == 0)
+            for (uint32_t q = held; q <= it; ++q) ring.release_cluster<CLUSTER>(Cursor<STAGES>::at(q));
+          held = it + 1;
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int i = 0; i < BN / 2; ++i) acc[mt][i] += part[mt][i];
+        }
+#else
+        wgmma::mma_fp8_k_tiles<BN, BK / 32, MT, FP8_A, FP8_B>(
+            acc, sA + st.stage * A_TILE_BYTES + c * (WM * BK), 64 * BK, 0,
+            sB + st.stage * B_TILE_BYTES, 0, 1);
+        wgmma::commit();
+        fence_d();
+        if (kt > w.kb) {   // the previous stage's MMAs have retired: free it
+          wgmma::wait<1>();
+          fence_d();
+          if (lane == 0) ring.release_cluster<CLUSTER>(prev);
+        }
+        prev = st;
+#endif
+      }
+#if !PROMOTE
+      wgmma::wait<0>();
+      fence_d();
+      if (lane == 0) ring.release_cluster<CLUSTER>(prev);
+#endif
+
+#if STREAMK
+      const int parts = Sched::parts(w, ntiles, kt_n);
+      if (parts > 1) {
+        // a tile in parts (tile_reduce.cuh): all but the part that counts in last store theirs
+        using Reduce = TileReduce<MT, BN / 2, 128, 8, 128 * CONSUMERS>;
+        uint32_t* counter = Reduce::counter(workspace, tm * tiles_n + tn);
+        float4* slots = Reduce::slots(workspace, (size_t)tiles_m * CLUSTER * tiles_n);
+        const size_t lane_off = (size_t)c * (MT * (BN / 8) * 128) + tid;   // float4 units
+        const auto slot = [&](int q) {
+          return slots + (size_t)(Sched::slot(w, q, ntiles, kt_n) * CLUSTER + crank) * (BM * BN / 4) +
+                 lane_off;
+        };
+        if (!Reduce::count_in(counter, parts, flag)) {
+          Reduce::store(slot(Sched::me(w, kt_n)), acc, counter);
+          continue;
+        }
+        Reduce::wait_stored(counter, parts);
+        const int me = Sched::me(w, kt_n);
+        const int first = Sched::first(w, ntiles, kt_n);
+        for (int q = first; q < first + parts; ++q)
+          if (q != me) Reduce::add(slot(q), acc);
+      }
+#endif
+
+      // -------------------------------------------------------------- epilogue
+      const int row0 = tm * BM + c * WM;           // the consumer's first row
+      if (scaling == 2) {
+        // per row of A and column of B (zero past the edges). Lane l holds the scales of the
+        // tile's columns 32 u + l and passes them to the lanes that own them (a load per lane
+        // and column block instead of BN / 4 loads a thread, which ptxas hoists into spills).
+        float sbv[BN / 32];
+#pragma unroll
+        for (int u = 0; u < BN / 32; ++u) {
+          const int col = tn * BN + 32 * u + lane;
+          sbv[u] = col < N ? __ldg(scale_b + col) : 0.f;
+        }
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          const int row = row0 + mt * 64 + warp * 16 + lane / 4;
+          const float sa0 = row < M ? __ldg(scale_a + row) : 0.f;
+          const float sa1 = row + 8 < M ? __ldg(scale_a + row + 8) : 0.f;
+#pragma unroll
+          for (int j = 0; j < BN / 8; ++j) {
+            const int src = 8 * (j % 4) + 2 * (lane % 4);
+            const float sb0 = __shfl_sync(0xffffffffu, sbv[j / 4], src);
+            const float sb1 = __shfl_sync(0xffffffffu, sbv[j / 4], src + 1);
+            acc[mt][4 * j] *= sa0 * sb0;
+            acc[mt][4 * j + 1] *= sa0 * sb1;
+            acc[mt][4 * j + 2] *= sa1 * sb0;
+            acc[mt][4 * j + 3] *= sa1 * sb1;
+          }
+        }
+      } else {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int i = 0; i < BN / 2; ++i) acc[mt][i] *= s_tensor;
+      }
+#if EPI == 3
+      {
+        // 64 x 64 boxes (16-byte chunk q of row r at (q ^ r % 8) * 16, TMA's 128-byte swizzle),
+        // EPI_W / 64 of them per consumer, reused: each group waits until TMA has read the last.
+        constexpr int BOX = 64 * 64 * 2;
+        constexpr int GB = EPI_W / 64;
+        const uint32_t cbuf = sC + c * (GB * BOX);
+        const int r = warp * 16 + 8 * ((lane / 8) % 2) + lane % 8;   // stmatrix: this lane's row
+        const int jsel = lane / 16;
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+          for (int g = 0; g < BN / EPI_W; ++g) {
+            if (tid == 0) tma::store_wait_read();
+            named_sync(1 + c, 128);   // buffer free
+#pragma unroll
+            for (int bx = 0; bx < GB; ++bx)
+              epi::stmatrix_box_sw128(cbuf + bx * BOX + r * 128, r, jsel, acc[mt], (g * GB + bx) * 8);
+            fence_proxy_async();      // visible to TMA
+            named_sync(1 + c, 128);   // buffer full
+            if (tid == 0) {
+#pragma unroll
+              for (int bx = 0; bx < GB; ++bx)
+                tma::store_2d(&tmC, cbuf + bx * BOX, tn * BN + (g * GB + bx) * 64, row0 + mt * 64);
+              tma::store_commit();
+            }
+          }
+        }
+      }
+#else
+      const int col0 = tn * BN + (lane % 4) * 2;   // this thread's first column
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        const int row = row0 + mt * 64 + warp * 16 + lane / 4;
+        const bool full_tile = (tm + 1) * BM <= M && (tn + 1) * BN <= N && (N % 2 == 0);
+        if (full_tile) epi::store_pairs<BN / 8>(acc[mt], C, row, col0, N);
+        else epi::store_cols<0, BN / 8>(acc[mt], C, row, col0, M, N);   // every column checked
+      }
+#endif
+    }
+  }
+#if EPI == 3
+  if (wg > 0 && tid == 0) tma::store_wait_all();   // the staging smem must outlive the stores
+#endif
+#if CLUSTER > 1
+  // No CTA may leave while its peers can still multicast into it or arrive on its barriers.
+  cluster_sync();
+#endif
+}
