@@ -22,7 +22,9 @@ from porter.spec.arch import get_arch
 from porter.spec.template import find_template, load_template
 
 TEMPLATE = "gemm_wgmma"
-N_SEEDS = 12              # warm-start configurations per shape (nearest tuned shapes)
+N_SEEDS = 16              # warm-start configurations per shape: the nearest tuned shapes'
+N_VARY = 8                # best ones, then this many neighbours of the best along VARY
+VARY = ("BN", "STREAMK", "TAILW", "BM", "CLUSTER", "SPLITK", "EPI", "STAGES")
 COMPILE_WORKERS = 12      # one compile pool for the whole sweep (porter.job.loop's per job
 AHEAD = 6                 # costs ~1 s of spawning a shape); at most AHEAD trials in flight
 
@@ -127,7 +129,8 @@ class SweepPorter:
     def seeds(self, shape, tuned: list[Tuned]) -> list[dict]:
         def feasible(cfg):
             return static_check(self.tpl, self.arch, cfg, [tuple(shape)]) is None
-        return seeds_for(shape, tuned, self.tpl.params, feasible, N_SEEDS)
+        return seeds_for(shape, tuned, self.tpl.params, feasible, N_SEEDS, vary=VARY,
+                         n_vary=N_VARY)
 
     def precompile(self, configs: list[dict], pool: SharedPool) -> float:
         """Compiles configurations ahead in the sweep's pool (the compile cache serves every
@@ -137,12 +140,12 @@ class SweepPorter:
         pool.compile_all(self.tpl, list(uniq.values()), self.arch)
         return time.monotonic() - t0
 
-    def port(self, shape, seeds: list[dict]) -> dict:
+    def port(self, shape, seeds: list[dict], min_trials: int | None = None) -> dict:
         """One job for one shape; the record's search half."""
         spec, _, _ = make_spec(TEMPLATE, "sm_90a", [size_text(shape)], self.trials)
         job = self.store.create_job(spec, self.tpl.name, self.tpl.source_hash, self.src,
                                     self.space, status="running", snapshot=self.snapshot)
-        hooks = Converged(self.min_trials, self.patience)
+        hooks = Converged(min_trials or self.min_trials, self.patience)
         t0 = time.monotonic()
         summary = Engine(self.store, self.tpl, self.arch, self.search_be,
                          workers=COMPILE_WORKERS, on_trial=hooks.on_trial,
@@ -166,16 +169,20 @@ class SweepPorter:
                 "compiled_here": summary.compiled, "warm_seeds": len(seeds),
                 "search_ratio": 1 / measured[0].objective if measured else None,
                 "best_warm_seed_ratio": 1 / best_warm if best_warm else None,
+                "min_trials": hooks.min_trials,
+                # every trial in order: configuration key, status, ratio in the search
+                "tried": [[t.config_key, t.status, round(1 / t.objective, 4)
+                           if t.objective else None] for t in trials],
                 "measured": measured}
 
     def retime(self, shape, measured, finalists: int = 2) -> dict | None:
-        """The fastest `finalists` configurations timed interleaved with the baselines (3
-        rounds each); the best of them timed once more (5 rounds): that is the figure."""
+        """The fastest `finalists` configurations timed interleaved with the baselines (2
+        rounds each); the best of them timed once more (4 rounds): that is the figure."""
         from port_bench import side_by_side
         fin = []
         for t in measured[:finalists]:
             r, _ = side_by_side(self.retime_be, self.tpl, self.arch, t.params, tuple(shape),
-                                repeats=3)
+                                repeats=2)
             if r is not None:
                 fin.append((r, t))
         if not fin:
@@ -183,21 +190,22 @@ class SweepPorter:
         sel, best = max(fin, key=lambda f: f[0]["ratio"])
         t0 = time.monotonic()
         res, _ = side_by_side(self.retime_be, self.tpl, self.arch, best.params, tuple(shape),
-                              repeats=5)
+                              repeats=4)
         res = res or sel
         return {**res, "params": best.params, "selection_ratio": sel["ratio"],
                 "confirm_seconds": round(time.monotonic() - t0, 2),
                 "finalists": [{"params": t.params, "ratio": r["ratio"], "ours_ms": r["ours_ms"],
                                "search_ratio": 1 / t.objective} for r, t in fin]}
 
-    def record(self, shape, category, seeds) -> dict:
-        found = self.port(shape, seeds)
+    def record(self, shape, category, seeds, min_trials: int | None = None) -> dict:
+        found = self.port(shape, seeds, min_trials)
         t0 = time.monotonic()
         res = self.retime(shape, found.pop("measured"))
         rec = {"template": TEMPLATE, "arch": self.arch.name, "gpu": self.device.get("gpu", ""),
                "driver": self.device.get("driver", ""), "nvrtc": nvrtc_version(),
                "date": datetime.date.today().isoformat(), "shape": list(shape),
-               "category": category, **found, "retime_seconds": round(time.monotonic() - t0, 2)}
+               "category": category, "seed_policy": f"{N_SEEDS - N_VARY} nearest + "
+               f"{N_VARY} neighbours along {','.join(VARY)}", **found, "retime_seconds": round(time.monotonic() - t0, 2)}
         if res is None:
             rec.update(params=None, ratio=None, note="no configuration measured")
         else:

@@ -154,6 +154,7 @@ def plan(args) -> None:
     """No GPU: each shape in sweep order with its warm seeds (static check at the H200's 132
     SMs)."""
     from porter.build.check import static_check
+    from _sweep_port import N_SEEDS, N_VARY, VARY
     from porter.search.warm import seeds_for
     from porter.spec.arch import get_arch
     from porter.spec.template import find_template
@@ -161,9 +162,10 @@ def plan(args) -> None:
     tuned = tuned_sources()
     for cat, *shape in order(select(args), tuned):
         seeds = seeds_for(shape, tuned, tpl.params, lambda c, s=tuple(shape): static_check(
-            tpl, arch, c, [s]) is None, 12)
-        print(f"{cat:12s} {'x'.join(map(str, shape)):>18s} {len(seeds):2d} seeds; first: "
-              + (" ".join(f"{k}={v}" for k, v in seeds[0].items()) if seeds else "-"))
+            tpl, arch, c, [s]) is None, N_SEEDS, vary=VARY, n_vary=N_VARY)
+        print(f"{cat:12s} {'x'.join(map(str, shape)):>18s} {len(seeds):2d} seeds:")
+        for c in seeds:
+            print("    " + tpl.config_key(c))
 
 
 def select(args):
@@ -183,9 +185,13 @@ def main(argv=None):
     ap.add_argument("--patience", type=int, default=14,
                     help="stop once this many trials in a row gained under 0.5%%")
     ap.add_argument("--shapes", default=None, help="comma-separated MxNxK (default: SHAPES)")
+    ap.add_argument("--deep", default="", help="comma-separated MxNxK searched longer "
+                    "(--deep-min-trials before the search may stop)")
+    ap.add_argument("--deep-min-trials", type=int, default=44)
     ap.add_argument("--merge", default=None, help="an earlier results file to merge into")
     ap.add_argument("--deadline-s", type=float, default=330.0,
                     help="start no new shape after this many seconds")
+    ap.add_argument("--label", default="", help="a name for this run, kept in its records")
     ap.add_argument("--db", default=None, help="the jobs' database (default: OUT/sweep.db)")
     ap.add_argument("--include", default=None,
                     help="compile against this copy of porter/include (e.g. one taken from a "
@@ -206,10 +212,10 @@ def main(argv=None):
     out.mkdir(parents=True, exist_ok=True)
     old = json.loads(Path(args.merge).read_text())["records"] if args.merge else []
     tuned = tuned_sources()
-    shapes = order(select(args), tuned)
-    now = {tuple(s[1:]) for s in shapes}
-    kept = [r for r in old if tuple(r["shape"]) not in now]
-    tuned += [t for t in map(sweep_tuned, kept) if t]
+    deep = {parse_shape(s) for s in args.deep.split(",") if s}
+    # the shapes not searched longer first (in sweep order), then the deep ones
+    shapes = sorted(order(select(args), tuned), key=lambda s: tuple(s[1:]) in deep)
+    tuned += [t for t in map(sweep_tuned, old) if t]
     bw = copy_gbps()
     print(f"device-to-device copy: {bw:.0f} GB/s", flush=True)
     porter = SweepPorter(open_store(f"sqlite:///{args.db or out / 'sweep.db'}"), args.trials,
@@ -226,10 +232,12 @@ def main(argv=None):
             # the shapes finished so far are warm-start sources too
             seed = porter.seeds(shape, tuned) if records else seeds[tuple(shape)]
             try:
-                rec = porter.record(shape, cat, seed)
+                rec = porter.record(shape, cat, seed,
+                                    args.deep_min_trials if tuple(shape) in deep else None)
             except Exception as e:  # noqa: BLE001 - one shape's failure is its record
                 rec = {"shape": list(shape), "category": cat, "ratio": None, "trials": 0,
                        "seconds": 0.0, "stopped": "error", "error": f"{type(e).__name__}: {e}"}
+            rec["run"] = args.label
             records.append(rec)
             if (t := sweep_tuned(rec)) is not None:
                 tuned.append(t)
@@ -237,10 +245,16 @@ def main(argv=None):
                   f"{rec.get('ratio') or 0:.3f} (search {rec.get('search_ratio') or 0:.3f}, "
                   f"best seed {rec.get('best_warm_seed_ratio') or 0:.3f}) {rec['trials']} "
                   f"trials {rec['seconds']:.1f} s {rec['stopped']}", flush=True)
-            write(out, kept + records, bw, skipped, args, t_start)
+            write(out, merged(old, records), bw, skipped, args, t_start)
     porter.close()
-    doc = write(out, kept + records, bw, skipped, args, t_start)
+    doc = write(out, merged(old, records), bw, skipped, args, t_start)
     print(json.dumps(doc["summary"], indent=1))
+
+
+def merged(old: list[dict], new: list[dict]) -> list[dict]:
+    """The new records, and the old ones of shapes not run again."""
+    done = {tuple(r["shape"]) for r in new}
+    return [r for r in old if tuple(r["shape"]) not in done] + new
 
 
 def write(out: Path, records, bw, skipped, args, t_start) -> dict:
@@ -250,6 +264,7 @@ def write(out: Path, records, bw, skipped, args, t_start) -> dict:
     doc = {"benchmark": "benchmarks/gemm_sweep.py", "copy_gbps": bw,
            "bf16_tflops_assumed": BF16_TFLOPS, "pathology_rule": PATHOLOGY,
            "trials_budget": args.trials, "min_trials": args.min_trials,
+           "deep": args.deep, "deep_min_trials": args.deep_min_trials, "merged": args.merge,
            "patience": args.patience, "skipped_for_time": skipped,
            "wall_s": round(time.monotonic() - t_start, 1),
            "summary": summarize(records), "records": records}

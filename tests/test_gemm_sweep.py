@@ -83,6 +83,24 @@ def test_seeds_for_a_ragged_n_are_feasible_and_keep_the_tile():
     assert (seeds[0]["BM"], seeds[0]["BN"]) == (128, 256)
 
 
+def test_variants_step_along_the_tile_and_schedule_first():
+    """The best seed's neighbours, one parameter away: round robin over the parameters named,
+    nearest values first, each repaired with the varied parameter kept."""
+    from porter.search.warm import variants
+    tpl, arch = find_template("gemm_wgmma"), get_arch("sm_90a")
+    shape = (3000, 5000, 1000)
+    ok = lambda c: static_check(tpl, arch, c, [shape]) is None   # noqa: E731
+    best = {n: v[0] for n, v in tpl.params.items()}
+    vs = variants(best, tpl.params, ("BN", "STREAMK"), ok)
+    assert all(ok(v) for v in vs)
+    assert [v["BN"] for v in vs[:2]] == [128, 256] and vs[1]["STREAMK"] == 1
+    assert {v["BN"] for v in vs} >= {128, 192, 200, 224, 64, 160, 96}
+    assert all(sum(v[k] != best[k] for k in best) <= 2 for v in vs)
+    seeds = seeds_for(shape, gs.tuned_sources(), tpl.params, ok, 16, vary=("BN", "STREAMK"),
+                      n_vary=6)
+    assert len(seeds) == 16 and len({tpl.config_key(c) for c in seeds}) == 16
+
+
 def test_tuned_records_fill_new_parameters_and_skip_removed_ones():
     defaults = {"BM": 128, "TAILW": 0}
     recs = [{"template": "gemm_wgmma", "shape": [1, 2, 3], "params": {"BM": 64}, "ratio": 1.0,

@@ -70,16 +70,18 @@ def nearest_seeds(size: Sequence[int], tuned: Iterable[Tuned], n: int = 16,
 
 
 def repair(config: Mapping[str, Any], params: Mapping[str, Sequence],
-           feasible: Callable[[dict], bool], max_changes: int = MAX_CHANGES) -> dict | None:
+           feasible: Callable[[dict], bool], max_changes: int = MAX_CHANGES,
+           keep: Sequence[str] = ()) -> dict | None:
     """`config` if feasible, else the feasible configuration that differs from it in the
-    fewest parameters (at most max_changes), trying the template's last parameters first and
-    each one's values in the template's order; None if there is none that close."""
+    fewest parameters (at most max_changes; never those in `keep`), trying the template's last
+    parameters first and each one's values in the template's order; None if there is none
+    that close."""
     cfg = {k: config[k] for k in params if k in config}
     if len(cfg) != len(params):
         return None
     if feasible(dict(cfg)):
         return dict(cfg)
-    names = list(params)[::-1]
+    names = [p for p in list(params)[::-1] if p not in keep]
     for k in range(1, max_changes + 1):
         for group in itertools.combinations(names, k):
             choices = [[v for v in params[p] if v != cfg[p]] for p in group]
@@ -90,12 +92,39 @@ def repair(config: Mapping[str, Any], params: Mapping[str, Sequence],
     return None
 
 
+def variants(config: Mapping[str, Any], params: Mapping[str, Sequence],
+             vary: Sequence[str], feasible: Callable[[dict], bool]) -> list[dict]:
+    """The configurations one parameter of `vary` away from `config` (each repaired, the
+    varied parameter kept), round robin over `vary` and, within a parameter, its values
+    nearest in the template's order first: where a tuned tile or schedule stops fitting a new
+    size (a ragged last wave, fewer tiles than multiprocessors), the neighbours along those
+    parameters are what to try first."""
+    queues = []
+    for p in vary:
+        vals = list(params.get(p, ()))
+        if config.get(p) not in vals:
+            continue
+        i = vals.index(config[p])
+        queues.append([(p, v) for _, v in sorted((abs(j - i), v) for j, v in enumerate(vals)
+                                                 if j != i)])
+    out = []
+    for step in itertools.zip_longest(*queues):
+        for pv in step:
+            if pv is not None:
+                fixed = repair({**config, pv[0]: pv[1]}, params, feasible, 1, keep=(pv[0],))
+                if fixed is not None:
+                    out.append(fixed)
+    return out
+
+
 def seeds_for(size: Sequence[int], tuned: Iterable[Tuned], params: Mapping[str, Sequence],
               feasible: Callable[[dict], bool], n: int = 16,
-              weights: Sequence[float] | None = None) -> list[dict]:
-    """nearest_seeds, each repaired for this size (feasible(config) judges it), repeats
-    dropped: what a port of `size` proposes first."""
-    out, seen = [], set()
+              weights: Sequence[float] | None = None, vary: Sequence[str] = (),
+              n_vary: int = 0) -> list[dict]:
+    """What a port of `size` proposes first: nearest_seeds, each repaired for this size
+    (feasible(config) judges it), repeats dropped; with `vary`, n_vary of those n are the
+    best seed's `variants` along those parameters, after the first n - n_vary seeds."""
+    near, seen = [], set()
     for cfg in nearest_seeds(size, tuned, 4 * n, weights):
         fixed = repair(cfg, params, feasible)
         if fixed is None:
@@ -103,9 +132,18 @@ def seeds_for(size: Sequence[int], tuned: Iterable[Tuned], params: Mapping[str, 
         key = tuple(fixed[p] for p in params)
         if key not in seen:
             seen.add(key)
-            out.append(fixed)
-        if len(out) >= n:
+            near.append(fixed)
+        if len(near) >= n:
             break
+    if not vary or not near or n_vary <= 0:
+        return near
+    out = near[:n - n_vary]
+    seen = {tuple(c[p] for p in params) for c in out}
+    for cfg in variants(near[0], params, vary, feasible) + near[n - n_vary:]:
+        key = tuple(cfg[p] for p in params)
+        if key not in seen and len(out) < n:
+            seen.add(key)
+            out.append(cfg)
     return out
 
 
