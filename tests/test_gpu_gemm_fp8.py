@@ -36,8 +36,9 @@ PROMOTED = [{**BASE, "BN": 192, "STAGES": 5, "PROMOTE": 1},
             {**BASE, "BN": 192, "STAGES": 5, "PROMOTE": 1, "CLUSTER": 2},
             {**BASE, "BN": 128, "STAGES": 6, "PROMOTE": 4, "STREAMK": 1}]
 # ragged M and N (partial tiles, clipped TMA stores), K not a multiple of 128 (zero-filled
-# k-tile), a long K, and enough tiles for the stream-K tail
-SIZES = [(1000, 776, 2064), (130, 520, 272), (384, 264, 16384), (2048, 2304, 1024)]
+# k-tile), a long K, and enough tiles for the stream-K tail. torch._scaled_mm takes N and K in
+# multiples of 16 only: the ragged ones are checked against the reference alone.
+SIZES = [(1000, 776, 2064), (130, 520, 272), (384, 256, 16384), (2048, 2304, 1024)]
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +65,8 @@ def test_every_scaling_mode_verifies_like_cublaslt(runner, config, scaling):
         base = err["scaled_mm_fast" if accum == 1 else "scaled_mm"]
         assert err["ours"] <= runner.op.rtol, (size, err)
         # within what cuBLASLt achieves on the same inputs (both round to bf16 at the end)
-        assert err["ours"] <= 1.25 * base + 1e-4, (size, err)
+        if N % 16 == 0 and K % 16 == 0:
+            assert err["ours"] <= 1.25 * base + 1e-4, (size, err)
 
 
 @needs_gpu

@@ -193,28 +193,34 @@ gemm_fp8(const uint8_t* __restrict__ A, const uint8_t* __restrict__ B, bf16_t* _
       fence_d();
 
 #if PROMOTE
-      uint32_t held = it;   // the first stage not yet released
-#else
-      Cursor<STAGES> prev;
+      bool held = false;   // prev's stage is still read by MMAs in flight
 #endif
+      Cursor<STAGES> prev;
       for (int kt = w.kb; kt < w.ke; ++kt, ++it) {
         const auto st = Cursor<STAGES>::at(it);
         ring.wait(st);
         wgmma::fence();
 #if PROMOTE
-        // into the partial sums, the first MMA of an interval overwriting them; at the end of an
-        // interval wait for the MMAs, free its stages and add the sums into acc
+        // into the partial sums, the first MMA of an interval overwriting them; the previous
+        // stage is freed once its MMAs retire (as without promotion); at the end of an
+        // interval wait for all of them, free this stage and add the sums into acc
         wgmma::mma_fp8_k_tiles<BN, BK / 32, MT, FP8_A, FP8_B>(
             part, sA + st.stage * A_TILE_BYTES + c * (WM * BK), 64 * BK, 0,
             sB + st.stage * B_TILE_BYTES, 0, (kt - w.kb) % PROMOTE);
         wgmma::commit();
         fence_d();
+        if (held) {
+          wgmma::wait<1>();
+          fence_d();
+          if (lane == 0) ring.release_cluster<CLUSTER>(prev);
+        }
+        held = true;
+        prev = st;
         if ((kt - w.kb + 1) % PROMOTE == 0 || kt + 1 == w.ke) {
           wgmma::wait<0>();
           fence_d();
-          if (lane == 0)
-            for (uint32_t q = held; q <= it; ++q) ring.release_cluster<CLUSTER>(Cursor<STAGES>::at(q));
-          held = it + 1;
+          if (lane == 0) ring.release_cluster<CLUSTER>(st);
+          held = false;
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
