@@ -94,7 +94,7 @@ def test_variants_step_along_the_tile_and_schedule_first():
     vs = variants(best, tpl.params, ("BN", "STREAMK"), ok)
     assert all(ok(v) for v in vs)
     assert [v["BN"] for v in vs[:2]] == [128, 256] and vs[1]["STREAMK"] == 1
-    assert {v["BN"] for v in vs} >= {128, 192, 200, 224, 64, 160, 96}
+    assert {v["BN"] for v in vs} >= {128, 192, 200, 224, 64}
     assert all(sum(v[k] != best[k] for k in best) <= 2 for v in vs)
     seeds = seeds_for(shape, gs.tuned_sources(), tpl.params, ok, 16, vary=("BN", "STREAMK"),
                       n_vary=6)
