@@ -25,6 +25,7 @@ TEMPLATE = "gemm_wgmma"
 N_SEEDS = 16              # warm-start configurations per shape: the nearest tuned shapes'
 N_VARY = 8                # best ones, then this many neighbours of the best along VARY
 VARY = ("BN", "STREAMK", "TAILW", "BM", "CLUSTER", "SPLITK", "EPI", "STAGES")
+ALIGN = (0.0, 0.0, 1.0)   # K's row alignment counts in the distance between shapes (seed_check)
 COMPILE_WORKERS = 12      # one compile pool for the whole sweep (porter.job.loop's per job
 AHEAD = 6                 # costs ~1 s of spawning a shape); at most AHEAD trials in flight
 
@@ -130,7 +131,7 @@ class SweepPorter:
         def feasible(cfg):
             return static_check(self.tpl, self.arch, cfg, [tuple(shape)]) is None
         return seeds_for(shape, tuned, self.tpl.params, feasible, N_SEEDS, vary=VARY,
-                         n_vary=N_VARY)
+                         n_vary=N_VARY, align=ALIGN)
 
     def precompile(self, configs: list[dict], pool: SharedPool) -> float:
         """Compiles configurations ahead in the sweep's pool (the compile cache serves every
@@ -204,8 +205,8 @@ class SweepPorter:
         rec = {"template": TEMPLATE, "arch": self.arch.name, "gpu": self.device.get("gpu", ""),
                "driver": self.device.get("driver", ""), "nvrtc": nvrtc_version(),
                "date": datetime.date.today().isoformat(), "shape": list(shape),
-               "category": category, "seed_policy": f"{N_SEEDS - N_VARY} nearest + "
-               f"{N_VARY} neighbours along {','.join(VARY)}", **found, "retime_seconds": round(time.monotonic() - t0, 2)}
+               "category": category, "seed_policy": f"{N_SEEDS - N_VARY} nearest (align "
+               f"{ALIGN}) + {N_VARY} neighbours along {','.join(VARY)}", **found, "retime_seconds": round(time.monotonic() - t0, 2)}
         if res is None:
             rec.update(params=None, ratio=None, note="no configuration measured")
         else:

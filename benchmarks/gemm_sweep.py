@@ -154,7 +154,7 @@ def plan(args) -> None:
     """No GPU: each shape in sweep order with its warm seeds (static check at the H200's 132
     SMs)."""
     from porter.build.check import static_check
-    from _sweep_port import N_SEEDS, N_VARY, VARY
+    from _sweep_port import ALIGN, N_SEEDS, N_VARY, VARY
     from porter.search.warm import seeds_for
     from porter.spec.arch import get_arch
     from porter.spec.template import find_template
@@ -162,10 +162,43 @@ def plan(args) -> None:
     tuned = tuned_sources()
     for cat, *shape in order(select(args), tuned):
         seeds = seeds_for(shape, tuned, tpl.params, lambda c, s=tuple(shape): static_check(
-            tpl, arch, c, [s]) is None, N_SEEDS, vary=VARY, n_vary=N_VARY)
+            tpl, arch, c, [s]) is None, N_SEEDS, vary=VARY, n_vary=N_VARY, align=ALIGN)
         print(f"{cat:12s} {'x'.join(map(str, shape)):>18s} {len(seeds):2d} seeds:")
         for c in seeds:
             print("    " + tpl.config_key(c))
+
+
+def seed_check(path: str, aligns=((0.0, 0.0, 0.0), (0.0, 0.0, 1.0)), n: int = 16) -> dict:
+    """No GPU: for every shape of a results file (pathological ones aside), the n nearest seeds
+    the warm start gives it from the tuned shapes and all the file's other shapes; how often
+    the shape's final configuration is among them, and (records with `tried`) how often one of
+    them measured within 1 % of the best configuration tried there. Per `align` weighting."""
+    from porter.build.check import static_check
+    from porter.search.warm import seeds_for
+    from porter.spec.arch import get_arch
+    from porter.spec.template import find_template
+    tpl, arch = find_template("gemm_wgmma"), get_arch("sm_90a")
+    recs = [r for r in json.loads(Path(path).read_text())["records"]
+            if r.get("params") and not r.get("baseline_pathological")]
+    base, out = tuned_sources(), {}
+    for align in aligns:
+        hits = near = with_tried = 0
+        for r in recs:
+            shape = tuple(r["shape"])
+            src = base + [t for o in recs if tuple(o["shape"]) != shape
+                          if (t := sweep_tuned(o)) is not None]
+            seeds = seeds_for(shape, src, tpl.params, lambda c: static_check(
+                tpl, arch, c, [shape]) is None, n, align=align)
+            keys = {tpl.config_key(c) for c in seeds}
+            hits += tpl.config_key(r["params"]) in keys
+            tried = {k: v for k, _, v in r.get("tried", ()) if v}
+            if tried:
+                with_tried += 1
+                near += max((tried[k] for k in keys if k in tried), default=0) >= \
+                    0.99 * max(tried.values())
+        out[str(align)] = {"final_among_seeds": hits, "shapes": len(recs),
+                           "seed_within_1pct_of_best_tried": near, "shapes_with_tried": with_tried}
+    return out
 
 
 def select(args):
@@ -197,9 +230,13 @@ def main(argv=None):
                     help="compile against this copy of porter/include (e.g. one taken from a "
                          "commit with git archive) instead of the working tree's")
     ap.add_argument("--plan", action="store_true", help="list shapes and seeds; no GPU")
+    ap.add_argument("--seed-check", default=None, metavar="RESULTS",
+                    help="no GPU: how well the warm start's seeds match a results file")
     args = ap.parse_args(argv)
     if args.plan:
         return plan(args)
+    if args.seed_check:
+        return print(json.dumps(seed_check(args.seed_check), indent=1))
     if not args.out:
         raise SystemExit("--out DIR is needed (or --plan)")
     if not 1 <= args.trials <= 60:

@@ -56,6 +56,13 @@ def test_nearest_seeds_take_the_nearest_shapes_first():
     # a source of the very shape is left out: a re-port does not start from its own answer
     assert {"X": 9} not in nearest_seeds((3000, 5000, 1000), tuned, 5)
     assert size_distance((1, 2, 4), (4, 2, 1)) == 4.0
+    # with K's alignment counted, K = 1000 (rows 2000 bytes apart) is far from K = 1024
+    near = size_distance((4096, 4096, 1000), (4096, 4096, 1024))
+    assert near < 0.05
+    assert size_distance((4096, 4096, 1000), (4096, 4096, 1024), align=(0, 0, 1)) == \
+        pytest.approx(near + 3)        # 2^3 divides 1000, 2^6 (the cap) 1024
+    assert size_distance((1, 1, 1000), (1, 1, 3000), align=(0, 0, 1)) == \
+        pytest.approx(size_distance((1, 1, 1000), (1, 1, 3000)))
 
 
 def test_repair_changes_the_fewest_and_latest_parameters():
@@ -165,6 +172,17 @@ def test_converged_hook_stops_after_patience():
 def test_bad_shape_is_one_line():
     with pytest.raises(SystemExit, match="write MxNxK"):
         gs.parse_shape("4096x4096")
+
+
+@pytest.mark.skipif(not RESULTS.is_file(), reason="no sweep results committed yet")
+def test_seed_check_replays_the_warm_start_on_the_results():
+    """Leave-one-shape-out on the sweep's own records: counting K's alignment puts the final
+    configuration among the 16 seeds more often (the figure the notes quote)."""
+    out = gs.seed_check(str(RESULTS))
+    plain, aligned = out["(0.0, 0.0, 0.0)"], out["(0.0, 0.0, 1.0)"]
+    assert plain["shapes"] == aligned["shapes"] >= 40
+    assert aligned["final_among_seeds"] > plain["final_among_seeds"]
+    assert aligned["seed_within_1pct_of_best_tried"] >= plain["seed_within_1pct_of_best_tried"]
 
 
 @pytest.mark.skipif(not RESULTS.is_file(), reason="no sweep results committed yet")

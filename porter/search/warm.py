@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+ALIGN_CAP = 6            # alignment counts powers of two up to 2^6 (64 bf16: a 128-byte row)
 RANK_COST = 1.5          # log2 units a lower rank costs: the nearest size's 2nd best comes
                          # before the best of a size 1.5 doublings farther
 MAX_CHANGES = 2          # repair changes at most this many parameters
@@ -33,18 +34,31 @@ class Tuned:
 
 
 def size_distance(a: Sequence[int], b: Sequence[int],
-                  weights: Sequence[float] | None = None) -> float:
-    """Sum over dimensions of |log2 a - log2 b| (times the dimension's weight)."""
+                  weights: Sequence[float] | None = None,
+                  align: Sequence[float] | None = None) -> float:
+    """Sum over dimensions of |log2 a - log2 b| (times the dimension's weight), plus, with
+    `align`, its weight times the difference in the powers of two that divide the two (up to
+    2^ALIGN_CAP): a GEMM's K of 1000 has rows 2000 bytes apart, not whole 128-byte lines, and
+    such a size is nearer to another misaligned one than to K = 1024."""
     if len(a) != len(b):
         return math.inf
     w = weights or (1.0,) * len(a)
-    return sum(wi * abs(math.log2(max(x, 1)) - math.log2(max(y, 1)))
-               for wi, x, y in zip(w, a, b))
+    d = sum(wi * abs(math.log2(max(x, 1)) - math.log2(max(y, 1))) for wi, x, y in zip(w, a, b))
+    if align:
+        d += sum(wi * abs(_twos(x) - _twos(y)) for wi, x, y in zip(align, a, b))
+    return d
+
+
+def _twos(x: int) -> int:
+    """The exponent of the largest power of two dividing x, at most ALIGN_CAP."""
+    x = int(x)
+    return ALIGN_CAP if x == 0 else min((x & -x).bit_length() - 1, ALIGN_CAP)
 
 
 def nearest_seeds(size: Sequence[int], tuned: Iterable[Tuned], n: int = 16,
                   weights: Sequence[float] | None = None, per_source: int = 4,
-                  exclude_size: bool = True) -> list[dict]:
+                  exclude_size: bool = True, align: Sequence[float] | None = None
+                  ) -> list[dict]:
     """Up to n configurations for `size`, best guess first (see the module's docstring).
     exclude_size: a source of exactly this size is left out (a sweep re-porting a size must
     not start from its own answer)."""
@@ -52,7 +66,7 @@ def nearest_seeds(size: Sequence[int], tuned: Iterable[Tuned], n: int = 16,
     for t in tuned:
         if exclude_size and tuple(t.size) == tuple(size):
             continue
-        d = size_distance(size, t.size, weights)
+        d = size_distance(size, t.size, weights, align)
         if not math.isfinite(d):
             continue
         for rank, cfg in enumerate(t.configs[:per_source]):
@@ -120,12 +134,12 @@ def variants(config: Mapping[str, Any], params: Mapping[str, Sequence],
 def seeds_for(size: Sequence[int], tuned: Iterable[Tuned], params: Mapping[str, Sequence],
               feasible: Callable[[dict], bool], n: int = 16,
               weights: Sequence[float] | None = None, vary: Sequence[str] = (),
-              n_vary: int = 0) -> list[dict]:
+              n_vary: int = 0, align: Sequence[float] | None = None) -> list[dict]:
     """What a port of `size` proposes first: nearest_seeds, each repaired for this size
     (feasible(config) judges it), repeats dropped; with `vary`, n_vary of those n are the
     best seed's `variants` along those parameters, after the first n - n_vary seeds."""
     near, seen = [], set()
-    for cfg in nearest_seeds(size, tuned, 4 * n, weights):
+    for cfg in nearest_seeds(size, tuned, 4 * n, weights, align=align):
         fixed = repair(cfg, params, feasible)
         if fixed is None:
             continue
