@@ -195,3 +195,31 @@ def test_results_file_has_every_field():
             assert key in r, (r["shape"], key)
         assert r["trials"] <= 60
     assert "geomean" in doc["summary"]
+
+
+def test_tuned_sizes_from_a_database(tmp_path):
+    """Each one-size job of the template becomes a tuned size with its best configurations,
+    best first; jobs of several sizes and unmeasured trials are left out."""
+    from porter.job.jobs import make_spec, template_record, template_snapshot
+    from porter.records import TrialRecord
+    from porter.search.warm import tuned_from_store
+    from porter.store.base import open_store
+    store = open_store(f"sqlite:///{tmp_path / 'p.db'}")
+    base = {n: v[0] for n, v in find_template("gemm_wgmma").params.items()}
+
+    def job(sizes, objectives):
+        spec, tpl, _ = make_spec("gemm_wgmma", "sm_90a", sizes, trials=4,
+                                 backend="compile-only")
+        src, space = template_record(tpl)
+        j = store.create_job(spec, tpl.name, tpl.source_hash, src, space,
+                             snapshot=template_snapshot(tpl))
+        for i, obj in enumerate(objectives):
+            cfg = {**base, "STAGES": tpl.params["STAGES"][i]}
+            store.record_trial(j, TrialRecord(number=i, params=cfg, config_key=tpl.config_key(
+                cfg), status="measured" if obj else "compiled", objective=obj))
+        return j
+    job(["3000x5000x1000"], [1.10, 0.95, None, 1.02])
+    job(["4096x4096x4096", "8192x8192x8192"], [0.9])
+    (t,) = tuned_from_store(store, "gemm_wgmma", "sm_90a")
+    assert t.size == (3000, 5000, 1000) and t.ratio == pytest.approx(1 / 0.95)
+    assert [c["STAGES"] for c in t.configs] == [3, 6, 4]      # objectives 0.95, 1.02, 1.10
