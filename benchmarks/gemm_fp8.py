@@ -330,8 +330,8 @@ def main():
         print(f"[{time.time() - t0:.0f} s]", flush=True)
     picks: dict = {}
     if args.params:
-        add_picks(picks, {tuple(x["size"]): [x["params"]]
-                          for x in json.loads(Path(args.params).read_text())})
+        for x in json.loads(Path(args.params).read_text()):
+            add_picks(picks, {tuple(x["size"]): [x["params"]]})
     if args.time:
         add_picks(picks, best_of(do_time(r, out, parse(args.time_shapes))))
         print(f"[{time.time() - t0:.0f} s]", flush=True)
