@@ -4,8 +4,11 @@ has converged), then re-times the best interleaved with cuBLAS (the faster of cu
 torch.matmul, an L2 flush before every repeat) in the same process on the same GPU.
 
     python benchmarks/gemm_sweep.py --out DIR [--trials 60] [--shapes 3000x5000x1000,...]
-                                    [--merge OLD.json] [--deadline-s 300]
+                                    [--deep SHAPES] [--merge OLD.json] [--deadline-s 300]
+                                    [--include COPY_OF_PORTER_INCLUDE] [--db FILE]
     python benchmarks/gemm_sweep.py --plan       # no GPU: the shapes and their warm seeds
+    python benchmarks/gemm_sweep.py --seed-check RESULTS.json   # no GPU: the warm start
+                                                 # replayed on a results file's shapes
 
 Writes DIR/gemm_sweep.json (after every shape): `records`, one per shape, with `gpu`, `shape`,
 `params`, `trials`, `seconds` (the port's wall time), `ratio` (cuBLAS time / ours, the
@@ -13,8 +16,11 @@ confirmation run) and `baseline_pathological`; `summary` with the geomean over t
 baseline is not pathological. --merge: records of OLD.json for shapes not run now are kept
 (a second visit that re-ports only some shapes).
 
-Warm start: the tuned shapes of benchmarks/results/gemm_wgmma_tpl6_tuned_{a,b,c}_h200.json, and
-every shape the sweep has finished so far (the shapes run nearest-to-tuned first).
+Warm start (porter/search/warm.py): the nearest configurations of the tuned shapes of
+benchmarks/results/gemm_wgmma_tpl6_tuned_{a,b,c}_h200.json and of every shape the sweep has
+finished so far (the shapes run nearest-to-tuned first), then neighbours of the best along the
+tile and schedule parameters (_sweep_port.py: N_SEEDS, N_VARY, VARY, ALIGN).
+The H200 runs: benchmarks/results/gemm_sweep_h200.json (docs/notes/gemm_wgmma.md, "Sweep").
 
 baseline_pathological (PATHOLOGY): cuBLAS reaches under half the median share of its roofline
 floor it reaches over the sweep (floor: the larger of flops / BF16_TFLOPS and bytes / copy
