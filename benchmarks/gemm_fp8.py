@@ -34,7 +34,7 @@ from porter.spec.template import find_template  # noqa: E402
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (4096, 8192, 8192), (4096, 28672, 8192),
           (4096, 8192, 28672)]
 BASE = dict(BM=128, BN=256, STAGES=4, CONSUMERS=2, GROUP_M=16, CLUSTER=1, EPI=3, STREAMK=0,
-            PROMOTE=0)
+            PROMOTE=0, ORDERED=0)
 FAST = [BASE, {**BASE, "STREAMK": 1}, {**BASE, "CLUSTER": 2}, {**BASE, "GROUP_M": 8},
         {**BASE, "BM": 256, "BN": 128}]
 PROMOTED = [{**BASE, "BN": 192, "STAGES": 5, "PROMOTE": 1},

@@ -26,7 +26,7 @@ from porter.spec.template import INCLUDE_DIR, find_template
 ROOT = Path(__file__).resolve().parents[1]
 SM90A = ARCHS["sm_90a"]
 BASE = dict(BM=128, BN=256, STAGES=4, CONSUMERS=2, GROUP_M=16, CLUSTER=1, EPI=3, STREAMK=0,
-            PROMOTE=0)
+            PROMOTE=0, ORDERED=0)
 BIG = (8192, 8192, 8192, 1, 1)
 CONFIGS = [
     BASE,
@@ -41,6 +41,9 @@ CONFIGS = [
     {**BASE, "BN": 192, "STAGES": 5, "PROMOTE": 1, "CLUSTER": 2},
     {**BASE, "BN": 128, "STAGES": 6, "PROMOTE": 2},
     {**BASE, "BN": 128, "STAGES": 6, "PROMOTE": 4, "STREAMK": 1},
+    # the consumers issuing their MMAs in turn (named barriers)
+    {**BASE, "BN": 192, "STAGES": 5, "PROMOTE": 1, "ORDERED": 1, "STREAMK": 1},
+    {**BASE, "ORDERED": 1, "CLUSTER": 2},
 ]
 
 
@@ -89,6 +92,7 @@ def test_constraints_reject_what_cannot_work():
     assert _feasible(tpl, {**BASE, "EPI": 0}, (8192, 8188, 8192, 1, 1))
     assert not _feasible(tpl, BASE, (8192, 8192, 8192, 3, 1))            # no such scaling
     assert not _feasible(tpl, {**BASE, "STREAMK": 1}, (128 * 132, 256, 4096, 1, 1))  # 1 wave
+    assert not _feasible(tpl, {**BASE, "BM": 64, "CONSUMERS": 1, "BN": 128, "ORDERED": 1})
 
 
 def test_every_seed_is_feasible_somewhere():

@@ -22,6 +22,8 @@
 //   - the epilogue scales the accumulators (per tensor, or by row and column) before
 //     converting them; EPI=3 then stores 64 x 64 boxes by TMA (stmatrix into TMA's swizzle),
 //     EPI=0 straight from the registers.
+// ORDERED=1 makes the two consumers issue each k-tile's MMAs in turn (named barriers 5 and 6),
+// so that with promotion one adds its sums while the other's MMAs run.
 #include "porter.cuh"
 #include "hopper/hopper.cuh"
 
@@ -51,6 +53,12 @@
 #endif                 // ragged wave only (partial tiles summed in the workspace)
 #ifndef PROMOTE
 #define PROMOTE 0      // > 0: k-tiles accumulated by the MMAs before they are added in fp32
+#endif
+#ifndef ORDERED
+#define ORDERED 0      // 1 (2 consumers): the consumers issue each k-tile's MMAs in turn, so with
+#endif             // promotion one adds its sums while the other's MMAs run
+#if ORDERED && CONSUMERS != 2
+#error "ORDERED needs CONSUMERS=2"
 #endif
 #ifndef FP8_A
 #define FP8_A 0        // 0: e4m3, 1: e5m2
@@ -181,6 +189,10 @@ gemm_fp8(const uint8_t* __restrict__ A, const uint8_t* __restrict__ B, bf16_t* _
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) wgmma::fence_regs<BN / 2>(MMA_D[mt]);
     };
+    // ORDERED: named barrier 5 says "consumer 2 has issued its MMAs of the previous k-tile"
+    // (once ahead of the first), 6 "consumer 1 has issued this k-tile's"; the two alternate
+    // strictly, so neither can be counted twice
+    if (ORDERED && c == 1) named_arrive(5, 256);
     uint32_t it = 0;
     for (bool more = Sched::at(it, w, ntiles, kt_n); more; more = Sched::at(it, w, ntiles, kt_n)) {
       int tm, tn;
@@ -204,10 +216,12 @@ gemm_fp8(const uint8_t* __restrict__ A, const uint8_t* __restrict__ B, bf16_t* _
         // into the partial sums, the first MMA of an interval overwriting them; the previous
         // stage is freed once its MMAs retire (as without promotion); at the end of an
         // interval wait for all of them, free this stage and add the sums into acc
+        if (ORDERED) named_sync(c == 0 ? 5 : 6, 256);
         wgmma::mma_fp8_k_tiles<BN, BK / 32, MT, FP8_A, FP8_B>(
             part, sA + st.stage * A_TILE_BYTES + c * (WM * BK), 64 * BK, 0,
             sB + st.stage * B_TILE_BYTES, 0, (kt - w.kb) % PROMOTE);
         wgmma::commit();
+        if (ORDERED) named_arrive(c == 0 ? 6 : 5, 256);
         fence_d();
         if (held) {
           wgmma::wait<1>();
@@ -227,10 +241,12 @@ gemm_fp8(const uint8_t* __restrict__ A, const uint8_t* __restrict__ B, bf16_t* _
             for (int i = 0; i < BN / 2; ++i) acc[mt][i] += part[mt][i];
         }
 #else
+        if (ORDERED) named_sync(c == 0 ? 5 : 6, 256);
         wgmma::mma_fp8_k_tiles<BN, BK / 32, MT, FP8_A, FP8_B>(
             acc, sA + st.stage * A_TILE_BYTES + c * (WM * BK), 64 * BK, 0,
             sB + st.stage * B_TILE_BYTES, 0, 1);
         wgmma::commit();
+        if (ORDERED) named_arrive(c == 0 ? 6 : 5, 256);
         fence_d();
         if (kt > w.kb) {   // the previous stage's MMAs have retired: free it
           wgmma::wait<1>();
