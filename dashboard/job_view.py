@@ -112,6 +112,10 @@ def _header(d: dict) -> None:
     if spec.get("backend") == "compile-only" or (d["n_trials"] and not d["n_measured"]
                                                  and "compiled" in counts):
         st.warning("Compile-only job: variants were compiled, not measured.")
+    if d["n_reused"]:
+        st.caption(f"{d['n_reused']} of these trials reuse earlier jobs' measurements of the "
+                   "same configurations (the trial table's 'reused from' column); submit with "
+                   "fresh measurements to measure them again.")
     if d["notes"]:
         st.caption(f"notes: {d['notes']}")
 
