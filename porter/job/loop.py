@@ -208,7 +208,7 @@ class _Run:
                     self.finish_trial(number, config, t_start, Outcome("infeasible", why), None)
                     self.infeasible_left -= 1
                     continue
-                if self.reuse and self.reused(number, config, t_start):
+                if self.reuse and self.reuse_cached(number, config, t_start):
                     continue
                 compiles.submit((number, config, t_start), self.tpl, config, self.arch)
             if compiles.pending():
@@ -260,7 +260,7 @@ class _Run:
             hooks.asked(proposal[0])
             return proposal
 
-    def reused(self, number: int, config: dict, t_start: float) -> bool:
+    def reuse_cached(self, number: int, config: dict, t_start: float) -> bool:
         """Records trial `number` from another job's measurement of `config` under this job's
         identity, if there is one; whether it did."""
         self.stage = f"trial {number}"
