@@ -80,6 +80,9 @@ def test_the_same_job_twice_measures_nothing_the_second_time(store):
     best1, best2 = store.best_trials(first, 1)[0], store.best_trials(second, 1)[0]
     assert best2.config_key == best1.config_key and best2.objective == best1.objective
     assert store.get_job(second).n_reused == 20 and store.get_job(first).n_reused == 0
+    from porter.export.export import tuning_table     # the export's manifest rows say so too
+    (row,) = tuning_table(store, second)[2]
+    assert row["reused_from"][0] == first and "reused_from" not in tuning_table(store, first)[2][0]
 
 
 def test_reused_trials_are_told_to_the_search(store):
