@@ -115,7 +115,10 @@ def best(template: str, arch: str = typer.Option(..., "--arch"), db: Optional[st
     rows = []
     for j in store.list_jobs(None, template=template, arch=arch):
         rows += store.best_trials(j.id, top)
-    rows.sort(key=lambda t: t.objective)
+    # a configuration once: a trial reused by a later job (porter.job.cache) repeats its source
+    rows.sort(key=lambda t: (t.objective, t.reused_from is not None))
+    seen: set[str] = set()
+    rows = [t for t in rows if not (t.config_key in seen or seen.add(t.config_key))]
     print_best(console, rows[:top])
 
 

@@ -191,6 +191,10 @@ def test_cli_port_twice_report_and_api_mark_reused_trials(tmp_path):
     r = subprocess.run([*cmd, "status", "2", "--db", db], capture_output=True, text=True,
                        cwd=ROOT, env=env, timeout=60)
     assert "12 measured (12 reused from earlier jobs)" in r.stdout
+    r = subprocess.run([*cmd, "best", "gemm_mma", "--arch", "sm_90a", "--top", "3", "--db", db],
+                       capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)
+    rows = [ln for ln in r.stdout.splitlines() if "measured" in ln]
+    assert len(rows) == 3 and len({ln.split("│")[2] for ln in rows}) == 3, r.stdout
     df = porter.get_job(2, db).trials()
     assert set(df["reused_from"].str.startswith("job 1 trial ")) == {True}
     assert porter.get_job(3, db).trials()["reused_from"].isna().all()

@@ -127,7 +127,7 @@ def print_best(console: Console, trials: list[TrialRecord]):
     if not trials:
         return
     table = Table("trial", "params", "status", "regs", "smem", "ms", "vendor ms", "ratio",
-                  "TFLOP/s", "GB/s")
+                  "TFLOP/s", "GB/s", "reused from")
     for t in trials:
         m = t.measurements[0] if t.measurements else None
         table.add_row(str(t.number), " ".join(f"{k}={v}" for k, v in t.params.items()),
@@ -136,5 +136,6 @@ def print_best(console: Console, trials: list[TrialRecord]):
                       f"{m.baseline_ms:.4f}" if m and m.baseline_ms else "-",
                       f"{m.ratio:.3f}" if m and m.ratio else "-",
                       f"{m.tflops:.0f}" if m and m.tflops else "-",
-                      f"{m.gbps:.0f}" if m and m.gbps else "-")
+                      f"{m.gbps:.0f}" if m and m.gbps else "-",
+                      f"job {t.reused_from[0]} #{t.reused_from[1]}" if t.reused_from else "-")
     console.print(table)
