@@ -181,7 +181,7 @@ def test_cli_port_twice_report_and_api_mark_reused_trials(tmp_path):
     outs = [subprocess.run(port + extra, capture_output=True, text=True, cwd=ROOT, env=env,
                            timeout=180) for extra in ([], [], ["--fresh"])]
     assert all(r.returncode == 0 for r in outs), [r.stderr for r in outs]
-    assert "12 trials reused" in outs[1].stdout and "reused" not in outs[2].stdout
+    assert "12 trials reused" in outs[1].stdout and "trials reused" not in outs[2].stdout
     assert "fresh measurements" in outs[2].stdout
     r = subprocess.run([*cmd, "report", "2", "--db", db], capture_output=True, text=True,
                        cwd=ROOT, env=env, timeout=120)
