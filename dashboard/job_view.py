@@ -96,7 +96,9 @@ def _header(d: dict) -> None:
     name = f" “{d['name']}”" if d["name"] else ""
     st.markdown(f"**job {d['id']}{name}: {d['template_name']}** on **{d['arch']}** · backend "
                 f"`{spec.get('backend')}` · sampler `{spec.get('sampler')}` · sizes {sizes} · "
-                f"status **{d['status']}**" + (f" · {d['message']}" if d["message"] else ""))
+                f"status **{d['status']}**" + (" · fresh measurements" if spec.get("fresh")
+                                              else "")
+                + (f" · {d['message']}" if d["message"] else ""))
     counts = d["counts"]
     c = st.columns(5)
     c[0].metric("trials", d["n_trials"])

@@ -218,6 +218,44 @@ def test_dashboard_trial_table_marks_reused_trials(store, monkeypatch):
     assert any("8 of these trials reuse" in c.value for c in at.caption)
 
 
+@pytest.mark.gpu
+def test_on_a_gpu_the_second_port_measures_nothing(tmp_path, monkeypatch):
+    """The GPU backend's identity (its device's name): the same short gemm_mma port twice on a
+    real GPU; the second measures nothing, --fresh measures again."""
+    pytest.importorskip("cupy")
+    from porter.measure.backends.gpu import GpuBackend, gpu_available
+    if not gpu_available():
+        pytest.skip("no CUDA GPU here")
+
+    class CountingGpu(GpuBackend):
+        measured = 0
+
+        def measure(self, *args, **kw):
+            self.measured += 1
+            return super().measure(*args, **kw)
+
+    monkeypatch.setenv("PORTER_CACHE_DIR", str(tmp_path / "cache"))
+    store = open_store(f"sqlite:///{tmp_path / 'g.db'}")
+    out = []
+    for fresh in (False, False, True):
+        spec, tpl, a = make_spec("gemm_mma", "sm_90a", ["1024x1024x1024"], trials=5,
+                                 fresh=fresh)
+        src, space = template_record(tpl)
+        job = store.create_job(spec, tpl.name, tpl.source_hash, src, space,
+                               snapshot=template_snapshot(tpl))
+        be = CountingGpu(timeout_s=10)
+        try:
+            summary = Engine(store, tpl, a, be, workers=2).run(job, spec)
+        finally:
+            be.close()
+        out.append((job, summary, be.measured))
+    (j1, _, n1), (j2, s2, n2), (j3, s3, n3) = out
+    assert n1 >= 1 and n2 == 0 and n3 >= 1, (n1, n2, n3)
+    assert s2.reused == len(counted(store.trials(j2))) == 5 and s3.reused == 0
+    assert {t.reused_from[0] for t in counted(store.trials(j2))} == {j1}
+    assert store.trials(j2)[0].device.get("gpu") == store.trials(j1)[0].device.get("gpu")
+
+
 # ---- migration 0004 over rows of 0003
 
 def _rows_of_0003(url: str) -> None:
