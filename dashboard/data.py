@@ -124,13 +124,21 @@ def trial_page(u: str, job_id: int, ver: tuple, statuses: tuple, ranges: tuple, 
 
 def trial_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     cols = ["number", "status", "objective", "ratio", "gbps", "tflops", "registers",
-            "smem_bytes", "spill_bytes", "compile_seconds", "finished", "message", "note"]
+            "smem_bytes", "spill_bytes", "compile_seconds", "finished", "reused from", "message",
+            "note"]
     if not rows:
         return pd.DataFrame(columns=cols + ["params"])
     df = pd.DataFrame(rows)
     df["finished"] = pd.to_datetime(df["finished_at"], unit="s")
+    # a trial that reuses an earlier job's measurement names the trial that measured it
+    df["reused from"] = df["reused_from"].map(reused_label)
     df["params"] = df["params"].map(lambda p: " ".join(f"{k}={v}" for k, v in p.items()))
     return df[cols + ["params"]]
+
+
+def reused_label(link) -> str:
+    """'job J #N' for a trial reusing job J's trial N (porter.job.cache), else ''."""
+    return f"job {link[0]} #{link[1]}" if link else ""
 
 
 def job_label(r: dict) -> str:

@@ -105,6 +105,7 @@ def _all(u, job_id, statuses, ranges, sort, desc, fmt) -> bytes:
     df = pd.DataFrame(rows)
     if df.empty:
         return b""
+    df["reused_from"] = df["reused_from"].map(data.reused_label)
     params = pd.DataFrame(list(df.pop("params")), index=df.index).add_prefix("param_")
     df = pd.concat([df, params], axis=1)
     if fmt == "csv":
@@ -120,6 +121,10 @@ def trial_detail(u: str, job: dict, number: int) -> None:
         st.error(f"Job {job['id']} has no trial {number}.")
         return
     st.subheader(f"Trial {number}: {t['status']}")
+    if t["reused_job"] is not None:
+        st.info(f"Reused: measured as trial {t['reused_number']} of job {t['reused_job']} "
+                "(same template snapshot, architecture, GPU, sizes and harness); this job "
+                "measured nothing for it.")
     if t["message"]:
         st.write(t["message"])
     c = st.columns(6)

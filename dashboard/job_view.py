@@ -96,7 +96,9 @@ def _header(d: dict) -> None:
     name = f" “{d['name']}”" if d["name"] else ""
     st.markdown(f"**job {d['id']}{name}: {d['template_name']}** on **{d['arch']}** · backend "
                 f"`{spec.get('backend')}` · sampler `{spec.get('sampler')}` · sizes {sizes} · "
-                f"status **{d['status']}**" + (f" · {d['message']}" if d["message"] else ""))
+                f"status **{d['status']}**" + (" · fresh measurements" if spec.get("fresh")
+                                              else "")
+                + (f" · {d['message']}" if d["message"] else ""))
     counts = d["counts"]
     c = st.columns(5)
     c[0].metric("trials", d["n_trials"])
@@ -112,6 +114,10 @@ def _header(d: dict) -> None:
     if spec.get("backend") == "compile-only" or (d["n_trials"] and not d["n_measured"]
                                                  and "compiled" in counts):
         st.warning("Compile-only job: variants were compiled, not measured.")
+    if d["n_reused"]:
+        st.caption(f"{d['n_reused']} of these trials reuse earlier jobs' measurements of the "
+                   "same configurations (the trial table's 'reused from' column); submit with "
+                   "fresh measurements to measure them again.")
     if d["notes"]:
         st.caption(f"notes: {d['notes']}")
 

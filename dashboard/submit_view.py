@@ -57,6 +57,8 @@ def port_command(spec, db: str) -> list[str]:
         cmd += ["--replay", str(spec.replay)]
     if spec.from_arch:
         cmd += ["--from-arch", spec.from_arch]
+    if spec.fresh:
+        cmd += ["--fresh"]
     return cmd
 
 
@@ -129,6 +131,8 @@ def submit_page() -> None:
         backend = c[1].selectbox("backend", list(BACKENDS), key="sub_backend")
         from_arch = c[2].selectbox("warm start from", ["", *ARCHS], key="sub_from")
         replay = st.text_input("replay source (for backend replay)", key="sub_replay")
+        fresh = st.checkbox("fresh measurements (reuse no earlier job's measurement of the same "
+                            "template, GPU, sizes and harness)", key="sub_fresh")
         mode = st.radio("run on", modes, key="sub_mode", horizontal=True)
         go_ = st.form_submit_button("Submit")
     if not go_:
@@ -137,7 +141,7 @@ def submit_page() -> None:
     try:
         spec, _, _ = make_spec(template, arch, sizes.split() or None, int(trials) or None,
                                float(minutes) or None, sampler, int(seed), backend,
-                               replay or None, from_arch or None)
+                               replay or None, from_arch or None, fresh=fresh)
         if mode == SERVICE:
             job_id = submit_service(spec, u)
             st.success(f"queued job {job_id}")

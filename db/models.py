@@ -77,6 +77,7 @@ class Trial(Base):
         UniqueConstraint("job_id", "number"),
         Index(None, "job_id", "status"),
         Index(None, "job_id", "objective"),
+        Index(None, "measure_key", "config_key"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -100,6 +101,12 @@ class Trial(Base):
     finished_at: Mapped[float | None] = mapped_column(Double)
     worker: Mapped[str] = mapped_column(String(200), default="")
     note: Mapped[str] = mapped_column(Text, default="", server_default="")
+    # the measurement cache (porter.job.cache): the identity the trial was measured under, and
+    # for a trial that reuses another job's measurement, that trial's job and number (a plain
+    # link, kept when that job is deleted)
+    measure_key: Mapped[str | None] = mapped_column(String(64))
+    reused_job: Mapped[int | None] = mapped_column(Integer)
+    reused_number: Mapped[int | None] = mapped_column(Integer)
 
 
 class Measurement(Base):

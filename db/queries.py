@@ -19,6 +19,7 @@ class JobStats:
     n_measured: int = 0
     best_objective: float | None = None
     best_ratio: float | None = None
+    n_reused: int = 0
 
 
 @dataclass(frozen=True)
@@ -80,14 +81,16 @@ def job_stats(conn: Connection, job_ids: Iterable[int]) -> dict[int, JobStats]:
     counts = conn.execute(
         select(Trial.job_id, func.count(),
                func.sum(case((measured, 1), else_=0)),
-               func.min(case((measured, Trial.objective), else_=None)))
+               func.min(case((measured, Trial.objective), else_=None)),
+               func.sum(case((Trial.reused_job.is_not(None), 1), else_=0)))
         .where(Trial.job_id.in_(ids))
         .group_by(Trial.job_id)).all()
     tr = trial_ratios(Trial.job_id.in_(ids), measured).subquery("trial_ratio")
     ratios = dict(conn.execute(
         select(tr.c.job_id, func.max(tr.c.ratio)).group_by(tr.c.job_id)).all())
-    return {job_id: JobStats(int(n), int(n_measured or 0), best, ratios.get(job_id))
-            for job_id, n, n_measured, best in counts}
+    return {job_id: JobStats(int(n), int(n_measured or 0), best, ratios.get(job_id),
+                             int(n_reused or 0))
+            for job_id, n, n_measured, best, n_reused in counts}
 
 
 def status_counts(conn: Connection, job_id: int) -> dict[str, int]:

@@ -28,7 +28,8 @@ TRIAL_SORTS = ("number", "status", "objective", "ratio", "gbps", "tflops", "regi
                "smem_bytes", "spill_bytes", "compile_seconds", "finished_at")
 _TRIAL_COLS = (Trial.id, Trial.number, Trial.status, Trial.objective, Trial.params,
                Trial.registers, Trial.smem_bytes, Trial.spill_bytes, Trial.compile_seconds,
-               Trial.started_at, Trial.finished_at, Trial.message, Trial.note)
+               Trial.started_at, Trial.finished_at, Trial.message, Trial.note, Trial.reused_job,
+               Trial.reused_number)
 
 
 def _geomean(col):
@@ -118,6 +119,7 @@ class ReadMixin:
         d.update(counts={k: int(v) for k, v in counts.items()},
                  n_trials=int(sum(counts.values())),
                  n_measured=stats.n_measured if stats else 0,
+                 n_reused=stats.n_reused if stats else 0,
                  best_ratio=stats.best_ratio if stats else None,
                  best_objective=stats.best_objective if stats else None)
         return d
@@ -323,4 +325,5 @@ def _trial_dict(r, extra) -> dict[str, Any]:
             "smem_bytes": r.smem_bytes, "spill_bytes": r.spill_bytes,
             "compile_seconds": r.compile_seconds, "started_at": r.started_at,
             "finished_at": r.finished_at, "message": r.message or "", "note": r.note or "",
-            "params": r.params or {}}
+            "reused_from": (r.reused_job, r.reused_number) if r.reused_job is not None
+            else None, "params": r.params or {}}

@@ -16,7 +16,8 @@ _TRIAL_COLS = (Trial.id, Trial.number, Trial.params, Trial.config_key, Trial.sta
                Trial.message, Trial.backend, Trial.objective, Trial.compile_seconds,
                Trial.compile_log, Trial.registers, Trial.smem_bytes, Trial.spill_bytes,
                Trial.stack_frame, Trial.cubin_key, Trial.device, Trial.started_at,
-               Trial.finished_at, Trial.worker)
+               Trial.finished_at, Trial.worker, Trial.measure_key, Trial.reused_job,
+               Trial.reused_number)
 _MEAS_COLS = (Measurement.trial_id, Measurement.size, Measurement.ours_ms,
               Measurement.ours_spread, Measurement.baseline, Measurement.baseline_ms,
               Measurement.ratio, Measurement.error, Measurement.tflops, Measurement.gbps)
@@ -30,7 +31,7 @@ def _job_info(job: Row, stats: queries.JobStats | None) -> JobInfo:
         message=job.message, created_at=job.created_at, started_at=job.started_at,
         finished_at=job.finished_at, n_trials=stats.n_trials, n_measured=stats.n_measured,
         best_objective=stats.best_objective, best_ratio=stats.best_ratio,
-        study_name=job.study_name,
+        n_reused=stats.n_reused, study_name=job.study_name,
         extra={"arch": job.arch, "cancel_requested": bool(job.cancel_requested),
                "heartbeat_at": job.heartbeat_at})
 
@@ -41,7 +42,10 @@ def _trial_values(t: TrialRecord) -> dict[str, Any]:
                 compile_seconds=t.compile_seconds, compile_log=t.compile_log,
                 registers=t.registers, smem_bytes=t.smem_bytes, spill_bytes=t.spill_bytes,
                 stack_frame=t.stack_frame, cubin_key=t.cubin_key, device=dict(t.device),
-                started_at=t.started_at, finished_at=t.finished_at, worker=t.worker)
+                started_at=t.started_at, finished_at=t.finished_at, worker=t.worker,
+                measure_key=t.measure_key,
+                reused_job=t.reused_from[0] if t.reused_from else None,
+                reused_number=t.reused_from[1] if t.reused_from else None)
 
 
 def _measurement_values(trial_id: int, m: MeasurementRecord) -> dict[str, Any]:
@@ -64,4 +68,6 @@ def _trial_records(rows: Iterable[Row], meas: Iterable[Row]) -> list[TrialRecord
         smem_bytes=r.smem_bytes, spill_bytes=r.spill_bytes, stack_frame=r.stack_frame,
         cubin_key=r.cubin_key, measurements=tuple(by_trial.get(r.id, ())),
         device=r.device or {}, started_at=r.started_at, finished_at=r.finished_at,
-        worker=r.worker) for r in rows]
+        worker=r.worker, measure_key=r.measure_key,
+        reused_from=(r.reused_job, r.reused_number) if r.reused_job is not None else None)
+        for r in rows]

@@ -24,6 +24,7 @@ from porter.records import JOB_STATUSES, JobSpec, TrialRecord
 from porter.store.base import JobInfo, Store, default_study_name
 
 from . import migrate, queries
+from .cache import CacheMixin
 from .engine import (SQLITE_BUSY_SECONDS, get_engine, normalize_url, one_line, safe_url,
                      transaction, translate)
 from .models import Job, Measurement, Template, Trial
@@ -51,11 +52,12 @@ class TemplateInfo:
     space_text: str
 
 
-class SqlStore(ReadMixin, ServiceMixin, Store):
+class SqlStore(ReadMixin, ServiceMixin, CacheMixin, Store):
     """porter's Store on one database URL. Use open_store(url), which migrates first.
 
     Beyond the base: list_jobs filters, cancellation (request_cancel, cancel_requested,
-    heartbeat), trial_numbers, job_progress, leaderboard and get_template. JobInfo.extra holds
+    heartbeat), trial_numbers, job_progress, leaderboard, get_template and the measurement
+    cache's lookups (db/cache.py). JobInfo.extra holds
     `arch`, `cancel_requested` and `heartbeat_at`.
     """
 

@@ -88,7 +88,8 @@ class Job:
                 from None
         records = []
         for t in self.store.trials(self.id, status):
-            base = {"trial": t.number, "status": t.status, **t.params,
+            base = {"trial": t.number, "status": t.status,
+                    "reused_from": _reused(t), **t.params,
                     "objective": t.objective, "registers": t.registers,
                     "smem_bytes": t.smem_bytes, "compile_s": t.compile_seconds,
                     "message": t.message}
@@ -122,8 +123,14 @@ class Job:
         plugin("service")().cancel(self.id, self.db)
 
 
+def _reused(t) -> str | None:
+    """'job J trial N' for a trial that reuses that trial's measurement, else None."""
+    return f"job {t.reused_from[0]} trial {t.reused_from[1]}" if t.reused_from else None
+
+
 def _trial_dict(t) -> dict:
     return {"trial": t.number, "status": t.status, "params": dict(t.params),
+            "reused_from": list(t.reused_from) if t.reused_from else None,
             "objective": t.objective, "registers": t.registers, "smem_bytes": t.smem_bytes,
             "measurements": [{"size": list(m.size), "ours_ms": m.ours_ms,
                               "baseline": m.baseline, "baseline_ms": m.baseline_ms,
@@ -136,18 +143,21 @@ def port(template: str, arch: str, sizes: Iterable | str | None = None,
          seed: int = 0, backend: str = "gpu", replay: str | Path | None = None,
          from_arch: str | None = None, from_job: int | None = None, resume: int | None = None,
          workers: int | None = None, db: str | None = None, templates_dir=None,
-         progress: bool = True, console=None, **options) -> Job:
+         progress: bool = True, console=None, fresh: bool = False, **options) -> Job:
     """Runs a porting job here and now (like `porter port`) and returns it when it ends.
     template: a name or a template folder; sizes: '4096x4096x4096', a tuple, or a list of
     either; backend: gpu, compile-only or replay (with replay=FILE). progress=False keeps it
-    quiet; `console` may be a rich Console to print to. Further options (e.g.
+    quiet; `console` may be a rich Console to print to. fresh=True measures every
+    configuration again instead of reusing earlier jobs' measurements of the same template
+    snapshot, architecture, GPU, sizes and harness (porter.job.cache). Further options (e.g.
     trust_template_code=True) go to the engine's port_here as keywords."""
     from rich.console import Console
     from porter.job.run import port_here
     console = console or Console(quiet=not progress)
     job_id, summary = port_here(template, arch, _sizes(sizes), trials, minutes, sampler, seed,
                                 backend, str(replay) if replay else None, from_arch, from_job,
-                                resume, workers, db, _dirs(templates_dir), console, **options)
+                                resume, workers, db, _dirs(templates_dir), console,
+                                fresh=fresh, **options)
     return Job(job_id, db, summary)
 
 
@@ -155,14 +165,14 @@ def submit(template: str, arch: str, sizes: Iterable | str | None = None,
            trials: int | None = None, minutes: float | None = None, *, sampler: str = "auto",
            seed: int = 0, backend: str = "gpu", replay: str | Path | None = None,
            from_arch: str | None = None, from_job: int | None = None, db: str | None = None,
-           templates_dir=None) -> Job:
+           templates_dir=None, fresh: bool = False) -> Job:
     """Records a job and queues it for the service's workers (like `porter submit`); returns
-    it at once (`.wait()` follows it)."""
+    it at once (`.wait()` follows it). fresh=True: measure everything again (see port)."""
     from porter.job.jobs import make_spec
     from porter.store.base import plugin
     spec, _, _ = make_spec(template, arch, _sizes(sizes), trials, minutes, sampler, seed,
                            backend, str(replay) if replay else None, from_arch, from_job,
-                           _dirs(templates_dir), service=True)
+                           _dirs(templates_dir), service=True, fresh=fresh)
     return Job(plugin("service")().submit(spec, db), db)
 
 

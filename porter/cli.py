@@ -18,6 +18,9 @@ console = Console()
 
 DbOpt = typer.Option(None, "--db", help="database URL (default: PORTER_DB_URL or sqlite:///porter.db)")
 TplDirOpt = typer.Option(None, "--templates-dir", help="extra folder of templates")
+FreshOpt = typer.Option(False, "--fresh", help="measure every configuration again instead of "
+                        "reusing earlier jobs' measurements (same template snapshot, arch, GPU, "
+                        "sizes and harness)")
 
 
 def _store(db):
@@ -58,13 +61,15 @@ def port(template: str = typer.Argument(..., help="template name or folder"),
          trust_template_code: bool = typer.Option(
              False, "--trust-template-code",
              help="let the template's own reference.py run here (embedded ports only)"),
+         fresh: bool = FreshOpt,
          db: Optional[str] = DbOpt, templates_dir: Optional[list[Path]] = TplDirOpt):
     """Run a porting job here and now, with a live progress bar."""
     import porter.api as api
     summary = api.port(template, arch, sizes, trials, minutes, sampler=sampler, seed=seed,
                        backend=backend, replay=replay, from_arch=from_arch, from_job=from_job,
                        resume=resume, workers=workers, db=db, templates_dir=templates_dir,
-                       console=console, trust_template_code=trust_template_code).summary
+                       console=console, trust_template_code=trust_template_code,
+                       fresh=fresh).summary
     if summary.status == "failed":
         raise typer.Exit(1)
 
@@ -110,7 +115,10 @@ def best(template: str, arch: str = typer.Option(..., "--arch"), db: Optional[st
     rows = []
     for j in store.list_jobs(None, template=template, arch=arch):
         rows += store.best_trials(j.id, top)
-    rows.sort(key=lambda t: t.objective)
+    # a configuration once: a trial reused by a later job (porter.job.cache) repeats its source
+    rows.sort(key=lambda t: (t.objective, t.reused_from is not None))
+    seen: set[str] = set()
+    rows = [t for t in rows if not (t.config_key in seen or seen.add(t.config_key))]
     print_best(console, rows[:top])
 
 
@@ -174,12 +182,13 @@ def submit(template: str, arch: str = typer.Option(..., "--arch"),
            replay: Optional[str] = typer.Option(None, "--replay"),
            from_arch: Optional[str] = typer.Option(None, "--from-arch"),
            from_job: Optional[int] = typer.Option(None, "--from-job"),
+           fresh: bool = FreshOpt,
            db: Optional[str] = DbOpt, templates_dir: Optional[list[Path]] = TplDirOpt):
     """Record a job and queue it for the service's workers; prints the job id."""
     import porter.api as api
     job_id = api.submit(template, arch, sizes, trials, minutes, sampler=sampler, seed=seed,
                         backend=backend, replay=replay, from_arch=from_arch, from_job=from_job,
-                        db=db, templates_dir=templates_dir).id
+                        db=db, templates_dir=templates_dir, fresh=fresh).id
     console.print(job_id)
 
 
@@ -196,8 +205,9 @@ def status(job: int, db: Optional[str] = DbOpt):
     store = _store(db)
     j = store.get_job(job)
     best = f"; best ratio {j.best_ratio:.3f}" if j.best_ratio else ""
+    reused = f" ({j.n_reused} reused from earlier jobs)" if j.n_reused else ""
     console.print(f"job {j.id} {j.template_name} {j.spec.arch}: {j.status}; {j.n_trials} "
-                  f"trials, {j.n_measured} measured{best}")
+                  f"trials, {j.n_measured} measured{reused}{best}")
 
 
 @app.command()

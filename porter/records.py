@@ -10,6 +10,11 @@ from typing import Any
 # DESIGN.md's statuses, plus `compiled` for compile-only runs (no GPU for the architecture)
 STATUSES = ("infeasible", "compile_failed", "resource_rejected", "launch_failed", "wrong_result",
             "timeout", "crashed", "measured", "compiled")
+# statuses an evaluation of the variant ended in: a trial in one of them is a measurement that a
+# later job of the same measurement identity reuses (porter.job.cache); `infeasible` costs nothing
+# to decide again and `compiled` measured nothing
+REUSABLE_STATUSES = ("compile_failed", "resource_rejected", "launch_failed", "wrong_result",
+                     "timeout", "crashed", "measured")
 JOB_STATUSES = ("queued", "running", "done", "failed", "cancelled", "interrupted")
 BACKENDS = ("gpu", "compile-only", "replay")
 from porter.search.base import SAMPLER_NAMES as SAMPLERS  # noqa: E402  (live: the registry's names)
@@ -31,6 +36,9 @@ class JobSpec:
     # multiprocessors of the target product where it differs from the architecture table's
     # (compile-only ports for, say, an H100 PCIe); a GPU backend uses its device's own count
     sms: int | None = None
+    # measure every configuration again instead of reusing earlier jobs' measurements of the
+    # same identity (porter.job.cache)
+    fresh: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -79,6 +87,10 @@ class TrialRecord:
     started_at: float | None = None    # unix seconds
     finished_at: float | None = None
     worker: str = ""
+    # the measurement's identity (porter.job.cache.measure_key; None: not reusable, e.g.
+    # compile-only), and for a reused trial the (job id, trial number) it was measured as
+    measure_key: str | None = None
+    reused_from: tuple[int, int] | None = None
 
     def __post_init__(self):
         if self.status not in STATUSES:

@@ -116,11 +116,13 @@ def workers(env, tmp_path):
     w.stop()
 
 
-def submit(env, *extra, replay=REPLAY, trials=30) -> int:
+def submit(env, *extra, replay=REPLAY, trials=30, fresh=True) -> int:
+    """`porter submit` of the replayed gemm_mma job; fresh: with --fresh (these tests are about
+    workers measuring; the measurement cache has its own, test_service_cache.py)."""
     r = subprocess.run([PORTER, "submit", "gemm_mma", "--arch", "sm_90a", "--backend", "replay",
                         "--replay", str(replay), "--sizes", "4096x4096x4096", "--trials",
-                        str(trials), *extra], env=env, capture_output=True, text=True, cwd=ROOT,
-                       timeout=60)
+                        str(trials), *extra, *(["--fresh"] if fresh else [])], env=env,
+                       capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert r.returncode == 0, r.stderr
     return int(r.stdout.strip().splitlines()[-1])
 

@@ -63,7 +63,10 @@ def _table(store: Store, job_id: int) -> tuple[JobInfo, Template, Arch, list[dic
             rows.append({"size": list(size), "params": best.params, "trial": best.number,
                          "ours_ms": m.ours_ms, "baseline": m.baseline,
                          "baseline_ms": m.baseline_ms, "ratio": m.ratio, "tflops": m.tflops,
-                         "gbps": m.gbps, "device": best.device})
+                         "gbps": m.gbps, "device": best.device,
+                         # a trial reusing an earlier job's measurement names that trial
+                         **({"reused_from": list(best.reused_from)} if best.reused_from
+                            else {})})
     else:
         compiled = [t for t in trials if t.status == "compiled"]
         if not compiled:

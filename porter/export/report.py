@@ -3,7 +3,8 @@
 For every job: the trial statuses, the feasible share of the space at the job's sizes, the
 resources of each compiled variant and each failure with its reason. For a warm-started job
 (`--from-arch A` / `--from-job J`) also: A's best on A, A's best as-is on this architecture,
-this job's best, the speedup, and which parameters moved.
+this job's best, the speedup, and which parameters moved. Trials that reuse an earlier job's
+measurement (porter.job.cache) are counted and each names the trial it was measured as.
 """
 from __future__ import annotations
 
@@ -29,6 +30,10 @@ def _ratio(t: TrialRecord | None) -> float | None:
 
 def _params(cfg: dict) -> str:
     return " ".join(f"{k}={v}" for k, v in cfg.items())
+
+
+def _from(t: TrialRecord) -> str:
+    return f"job {t.reused_from[0]} #{t.reused_from[1]}" if t.reused_from else "-"
 
 
 def _values(tpl: Template, cfg: dict) -> str:
@@ -75,6 +80,14 @@ def report(store: Store, job_id: int, console: Console, top: int = 20) -> None:
                   f"{', '.join('x'.join(map(str, s)) for s in sizes)}, backend {spec.backend}, "
                   f"{info.status}" + (f" ({info.message})" if info.message else ""))
     console.print("trials: " + ", ".join(f"{n} {s}" for s, n in counts.most_common()))
+    reused = [t for t in trials if t.reused_from]
+    if reused:
+        jobs = sorted({t.reused_from[0] for t in reused})
+        console.print(f"reused: {len(reused)} of {len(trials)} trials are earlier measurements "
+                      "of the same configurations (same template snapshot, architecture, GPU, "
+                      f"sizes and harness) from job{'s' if len(jobs) > 1 else ''} "
+                      f"{', '.join(map(str, jobs))}; nothing was measured for them (--fresh "
+                      "measures again)")
     ok, total, exact = feasible_share(tpl, arch, sizes)
     if exact:
         console.print(f"feasible set: {ok} of the space's {total} configurations pass the static "
@@ -87,7 +100,8 @@ def report(store: Store, job_id: int, console: Console, top: int = 20) -> None:
     best = min((t for t in trials if t.objective), key=lambda t: t.objective, default=None)
     if best is not None:
         console.print(f"best: trial {best.number}, {_ratio(best):.3f}x the vendor "
-                      f"(geometric mean over the sizes): {_params(best.params)}")
+                      f"(geometric mean over the sizes): {_params(best.params)}"
+                      + (f" (reused from {_from(best)})" if best.reused_from else ""))
 
     if spec.from_arch or spec.from_job is not None:
         _warm_section(store, tpl, arch, sizes, spec, trials, best, console)
@@ -96,7 +110,7 @@ def report(store: Store, job_id: int, console: Console, top: int = 20) -> None:
              ("compiled", "measured", "wrong_result", "timeout", "crashed", "launch_failed")]
     if built:
         table = Table("trial", " ".join(tpl.param_names), "status", "regs", "smem B",
-                      "spill B", "stack B", "ratio", title=f"resources per variant ({len(built)} built"
+                      "spill B", "stack B", "ratio", "reused from", title=f"resources per variant ({len(built)} built"
                       + (f", first {top}" if len(built) > top else "") + ")")
         for t in sorted(built, key=lambda t: (t.objective is None, t.objective or 0,
                                                t.number))[:top]:
@@ -105,17 +119,17 @@ def report(store: Store, job_id: int, console: Console, top: int = 20) -> None:
                           str(t.smem_bytes if t.smem_bytes is not None else "-"),
                           str(t.spill_bytes if t.spill_bytes is not None else "-"),
                           str(t.stack_frame if t.stack_frame is not None else "-"),
-                          f"{r:.3f}" if r else "-")
+                          f"{r:.3f}" if r else "-", _from(t))
         console.print(table)
 
     failed = [t for t in trials if t.status not in ("compiled", "measured")]
     if failed:
-        table = Table("trial", "status", "reason", " ".join(tpl.param_names),
+        table = Table("trial", "status", "reason", " ".join(tpl.param_names), "reused from",
                       title=f"failures and refusals ({len(failed)})")
         for t in sorted(failed, key=lambda t: t.number)[:top]:
             reason = (t.message or t.compile_log or "").strip().splitlines()
             table.add_row(str(t.number), t.status, reason[0][:100] if reason else "-",
-                          _values(tpl, t.params))
+                          _values(tpl, t.params), _from(t))
         console.print(table)
 
 

@@ -14,10 +14,16 @@ One definition of each rule, here:
   first final status wins and a driver that finds the job finished by another writes nothing;
 - errors: transient database errors are retried with backoff (hooks.retrying); any other error
   fails the job with a one-line reason, and the run's open Optuna trials are failed, never left
-  RUNNING.
+  RUNNING;
+- reuse (porter.job.cache): unless the spec asks for fresh measurements, configurations other
+  jobs measured under this job's measurement identity are proposed first (best first, up to the
+  budget), and any proposal with such a measurement is recorded as reused (linked to the trial
+  that measured it) and told to the search without compiling or measuring. Reused trials are
+  trials of the job like any other: they count toward its budget.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
@@ -25,6 +31,7 @@ from typing import Callable
 
 from porter.build.check import search_space, static_check
 from porter.build.compile import CompileResult, nvrtc_version
+from porter.job.cache import measure_key, reuse_limit, reused_record
 from porter.job.hooks import JobHooks, compiles_for, fail_trials, retrying
 from porter.job.trial import (evaluate, first_error, objective, run_trial,  # noqa: F401
                               trial_record)
@@ -58,6 +65,7 @@ class JobSummary:
     busy_ms: float = 0.0            # GPU time in kernels and baselines
     compile_s: float = 0.0          # summed compile time of fresh (uncached) variants
     compiled: int = 0
+    reused: int = 0                 # trials recorded from earlier jobs' measurements
     message: str = ""
 
     @property
@@ -97,7 +105,7 @@ def run_job(store: Store, job_id: int, spec: JobSpec, tpl: Template, arch: Arch,
     s.best = run.best
     s.wall_s = time.monotonic() - run.t0
     s.status = status or "stopped"
-    s.message = message or _counts_line(s.counts)
+    s.message = message or _counts_line(s.counts, s.reused)
     if status:
         finish_job(store, job_id, status, s.message, run.hooks.db_retry_s)
     return s
@@ -154,6 +162,8 @@ class _Run:
         self.budget = trial_budget(spec)
         self.infeasible_left = MAX_INFEASIBLE_FACTOR * (self.budget or 1000)
         self.stage = "starting"
+        self.measure_key: str | None = None
+        self.reuse = False
 
     def db(self, fn, what: str):
         self.stage = what
@@ -172,6 +182,14 @@ class _Run:
         name = self.db(lambda: store.get_job(job_id).study_name, "reading the job") \
             or study_name(job_id)
         space = search_space(self.tpl, self.arch, self.sizes, self.backend.allows)
+        self.stage = "identifying the measurements"
+        self.measure_key = measure_key(self.tpl, self.arch, self.backend, self.sizes)
+        self.reuse = self.measure_key is not None and not self.spec.fresh
+        if self.reuse:
+            cached = self.db(lambda: store.cached_configs(
+                self.measure_key, reuse_limit(self.budget), exclude_job=job_id),
+                "reading the measurement cache")
+            warm = [*cached, *warm]
         self.searcher = self.db(lambda: Searcher(
             space, self.spec.sampler, self.spec.seed, storage=store.optuna_storage(),
             study_name=name, warm_start=warm, prior=prior), "opening the study")
@@ -189,6 +207,8 @@ class _Run:
                 if why:
                     self.finish_trial(number, config, t_start, Outcome("infeasible", why), None)
                     self.infeasible_left -= 1
+                    continue
+                if self.reuse and self.reuse_cached(number, config, t_start):
                     continue
                 compiles.submit((number, config, t_start), self.tpl, config, self.arch)
             if compiles.pending():
@@ -240,20 +260,41 @@ class _Run:
             hooks.asked(proposal[0])
             return proposal
 
+    def reuse_cached(self, number: int, config: dict, t_start: float) -> bool:
+        """Records trial `number` from another job's measurement of `config` under this job's
+        identity, if there is one; whether it did."""
+        self.stage = f"trial {number}"
+        key = self.tpl.config_key(config)
+        cached = self.db(lambda: self.store.cached_trial(self.measure_key, key,
+                                                         exclude_job=self.job_id),
+                         f"looking up trial {number} in the measurement cache")
+        if cached is None:
+            return False
+        self.record(reused_record(cached, number, t_start, self.worker))
+        return True
+
     def finish_trial(self, number: int, config: dict, t_start: float, outcome: Outcome,
                      compiled: CompileResult | None) -> None:
         self.stage = f"trial {number}"
         rec = trial_record(self.tpl, self.arch, self.backend.name, self.sizes, number, config,
                            t_start, outcome, compiled, self.toolchain, self.worker)
+        self.record(dataclasses.replace(rec, measure_key=self.measure_key), outcome.busy_ms,
+                    compiled)
+
+    def record(self, rec: TrialRecord, busy_ms: float = 0.0,
+               compiled: CompileResult | None = None) -> None:
+        """Records a finished trial, tells the search, and keeps the run's counts and best."""
+        number = rec.number
         s = self.summary
         if self.db(lambda: self.store.record_trial(self.job_id, rec), f"recording trial {number}"):
             s.counts[rec.status] = s.counts.get(rec.status, 0) + 1
+            s.reused += rec.reused_from is not None
         self.untold[number] = rec.objective
         self.db(lambda: self.searcher.tell(number, rec.objective), f"telling trial {number}")
         self.untold.pop(number, None)
         self.in_flight.discard(number)
         self.hooks.told(number)
-        s.busy_ms += outcome.busy_ms
+        s.busy_ms += busy_ms
         if compiled and not compiled.cached:
             s.compile_s += compiled.seconds
             s.compiled += 1
@@ -297,5 +338,6 @@ def _one_line(e: BaseException) -> str:
     return (text.splitlines()[0] if text else type(e).__name__)[:300]
 
 
-def _counts_line(counts: dict[str, int]) -> str:
-    return ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+def _counts_line(counts: dict[str, int], reused: int = 0) -> str:
+    line = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+    return line + (f"; {reused} reused from earlier jobs' measurements" if reused else "")

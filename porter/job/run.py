@@ -44,7 +44,7 @@ def warm_start_prior(store: Store, template_name: str, from_arch: str | None,
 
 def port_here(template, arch, sizes, trials, minutes, sampler, seed, backend, replay, from_arch,
               from_job, resume, workers, db, templates_dir, console: Console,
-              trust_template_code: bool = False):
+              trust_template_code: bool = False, fresh: bool = False):
     from porter.job.loop import Engine
     from porter.job.jobs import (make_backend, make_spec, probe_compile, template_record,
                                  template_snapshot)
@@ -59,7 +59,7 @@ def port_here(template, arch, sizes, trials, minutes, sampler, seed, backend, re
     else:
         spec, tpl, a = make_spec(template, arch, sizes, trials, minutes, sampler, seed, backend,
                                  replay, from_arch, from_job, templates_dir,
-                                 trust_template_code=trust_template_code)
+                                 trust_template_code=trust_template_code, fresh=fresh)
     if spec.backend != "replay":
         probe_compile(tpl, a, spec.sizes)
     be, note = make_backend(spec, a)
@@ -75,7 +75,7 @@ def port_here(template, arch, sizes, trials, minutes, sampler, seed, backend, re
     total = spec.trials or (None if spec.minutes else 100)
     console.print(f"job {job_id}: {tpl.name} -> {a.name}, sizes "
                   f"{', '.join('x'.join(map(str, s)) for s in spec.sizes)}, backend {be.name}, "
-                  f"sampler {spec.sampler}"
+                  f"sampler {spec.sampler}" + (", fresh measurements" if spec.fresh else "")
                   + (f", {len(warm)} warm-start configs and a prior of {len(prior)} measured ones"
                      if warm else ""))
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -86,6 +86,7 @@ def port_here(template, arch, sizes, trials, minutes, sampler, seed, backend, re
         def on_trial(rec: TrialRecord, best: TrialRecord | None):
             if rec.status != "infeasible":
                 progress.advance(task)
+            last = rec.status + (" (reused)" if rec.reused_from else "")
             desc = ""
             if best is not None and best.measurements:
                 ratios = [m.ratio for m in best.measurements if m.ratio]
@@ -93,7 +94,7 @@ def port_here(template, arch, sizes, trials, minutes, sampler, seed, backend, re
                     desc = f"best {min(ratios):.3f}..{max(ratios):.3f}x vendor"
                 else:
                     desc = f"best {best.measurements[0].ours_ms:.4g} ms"
-            progress.update(task, best=f"{desc}  last: {rec.status}")
+            progress.update(task, best=f"{desc}  last: {last}")
 
         engine = Engine(store, tpl, a, be, workers=workers, on_trial=on_trial)
         try:
@@ -110,6 +111,10 @@ def port_here(template, arch, sizes, trials, minutes, sampler, seed, backend, re
     if summary.compiled:
         console.print(f"compiled {summary.compiled} variants in {summary.wall_s:.1f} s wall "
                       f"({summary.compile_s / summary.compiled:.2f} s each on one core)")
+    if summary.reused:
+        console.print(f"{summary.reused} trials reused earlier jobs' measurements of the same "
+                      "template, GPU, sizes and harness (nothing measured for them; --fresh "
+                      "measures again)")
     if summary.busy_ms:
         console.print(f"GPU busy in kernels and baselines: {summary.gpu_share:.0%} of wall time")
     if be.name == "compile-only":
@@ -122,7 +127,7 @@ def print_best(console: Console, trials: list[TrialRecord]):
     if not trials:
         return
     table = Table("trial", "params", "status", "regs", "smem", "ms", "vendor ms", "ratio",
-                  "TFLOP/s", "GB/s")
+                  "TFLOP/s", "GB/s", "reused from")
     for t in trials:
         m = t.measurements[0] if t.measurements else None
         table.add_row(str(t.number), " ".join(f"{k}={v}" for k, v in t.params.items()),
@@ -131,5 +136,6 @@ def print_best(console: Console, trials: list[TrialRecord]):
                       f"{m.baseline_ms:.4f}" if m and m.baseline_ms else "-",
                       f"{m.ratio:.3f}" if m and m.ratio else "-",
                       f"{m.tflops:.0f}" if m and m.tflops else "-",
-                      f"{m.gbps:.0f}" if m and m.gbps else "-")
+                      f"{m.gbps:.0f}" if m and m.gbps else "-",
+                      f"job {t.reused_from[0]} #{t.reused_from[1]}" if t.reused_from else "-")
     console.print(table)

@@ -33,6 +33,7 @@ class JobInfo:
     finished_at: float | None = None
     n_trials: int = 0
     n_measured: int = 0
+    n_reused: int = 0               # trials that reuse earlier jobs' measurements
     best_objective: float | None = None
     best_ratio: float | None = None
     study_name: str = ""
@@ -82,6 +83,21 @@ class Store(ABC):
 
     @abstractmethod
     def best_trials(self, job_id: int, n: int = 10) -> list[TrialRecord]: ...
+
+    def cached_trial(self, measure_key: str, config_key: str,
+                     exclude_job: int | None = None) -> TrialRecord | None:
+        """The measurement cache (porter.job.cache): the newest trial, of a job other than
+        exclude_job, with this measurement identity and configuration, in a reusable status
+        (porter.records.REUSABLE_STATUSES) and itself measured rather than reused; returned
+        with its measurements and `reused_from` = (its job, its number). None when there is
+        none (stores without a cache: always)."""
+        return None
+
+    def cached_configs(self, measure_key: str, limit: int,
+                       exclude_job: int | None = None) -> list[dict]:
+        """The configurations cached_trial would answer for this identity, best objective
+        first (failures last), at most `limit` (stores without a cache: none)."""
+        return []
 
     def cancel_requested(self, job_id: int) -> bool:
         """Whether someone asked the job to stop (stores without cancellation: never)."""
