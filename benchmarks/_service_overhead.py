@@ -21,11 +21,21 @@ class Timer:
         self.s: dict[str, float] = collections.defaultdict(float)
         self.n: dict[str, int] = collections.defaultdict(int)
         self.local = threading.local()   # nesting depth, per thread
+        self.wrapped: list[tuple] = []
+
+    def restore(self) -> None:
+        for owner, name, fn in reversed(self.wrapped):
+            if fn is None:          # inherited: drop the wrapper, the base's shows again
+                delattr(owner, name)
+            else:
+                setattr(owner, name, fn)
+        self.wrapped.clear()
 
     def wrap(self, owner, name: str, label: str):
         """Times owner.name (a class or an instance attribute) under label; nested timed calls
         are counted once, by the outermost."""
         fn = getattr(owner, name)
+        self.wrapped.append((owner, name, vars(owner).get(name)))
         timer = self
 
         @functools.wraps(fn)
@@ -45,6 +55,7 @@ class Timer:
     def wrap_cm(self, owner, name: str, label: str):
         """Times the entry of a context manager (owner.name()) under label."""
         fn = getattr(owner, name)
+        self.wrapped.append((owner, name, vars(owner).get(name)))
         timer = self
 
         @functools.wraps(fn)
@@ -117,6 +128,7 @@ def measure_overhead(db_url: str, broker: str, replay: str, trials: int) -> dict
                                worker="service:bench")
     finally:
         loop._Run.next_proposal = orig_next
+        tm.restore()
         backend.close()
     t1 = time.perf_counter()
     n = sum(1 for t in store.trials(job_id))

@@ -49,30 +49,47 @@ def _unprivileged() -> tuple[int, int] | None:
                        "PostgreSQL as (the server refuses root): add one (useradd)")
 
 
-class PgServer:
-    """start() -> the server's admin URL (database postgres, user postgres); stop()."""
+def unpack(carried: Path | None, work: Path) -> Path | None:
+    """The archive scripts/carry_postgres.sh wrote into `carried`, unpacked under work (readable
+    by every user); None where there is none."""
+    archive = carried / "pgsql.tar.xz" if carried else None
+    if archive is None or not archive.is_file():
+        return None
+    root = work / "pgsql"
+    with tarfile.open(archive) as tar:
+        tar.extractall(root, filter="fully_trusted")
+    os.chmod(root, 0o755)
+    return root
 
-    def __init__(self, carried: Path | None, work: Path, log: Path):
-        self.carried, self.work, self.logpath = carried, work, log
+
+def redis_from(root: Path | None) -> tuple[list[str], dict] | None:
+    """(argv, env) of the redis-server packed beside PostgreSQL, if it was."""
+    if root is None or not (root / "bin/redis-server").is_file():
+        return None
+    return [str(root / "bin/redis-server")], dict(os.environ, LD_LIBRARY_PATH=str(root / "lib"))
+
+
+class PgServer:
+    """start() -> the server's admin URL (database postgres, user postgres); stop(). root: an
+    unpacked archive (unpack()), or None for this machine's own binaries."""
+
+    def __init__(self, root: Path | None, work: Path, log: Path):
+        self.root, self.work, self.logpath = root, work, log
         self.proc: subprocess.Popen | None = None
         self.info: dict = {}
 
     def _binaries(self) -> tuple[Path, dict]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
-        archive = self.carried / "pgsql.tar.xz" if self.carried else None
-        if archive is not None and archive.is_file():
-            root = self.work / "pgsql"
-            with tarfile.open(archive) as tar:
-                tar.extractall(root, filter="fully_trusted")
-            bindir = Path(sorted(glob.glob(str(root / "usr/lib/postgresql/*/bin")))[-1])
-            env["LD_LIBRARY_PATH"] = str(root / "lib")
-            self.info["how"] = f"carried ({archive.name}, unpacked in {root})"
+        if self.root is not None:
+            bindir = Path(sorted(glob.glob(str(self.root / "usr/lib/postgresql/*/bin")))[-1])
+            env["LD_LIBRARY_PATH"] = str(self.root / "lib")
+            self.info["how"] = f"carried (scripts/carry_postgres.sh, unpacked in {self.root})"
             return bindir, env
         exe = shutil.which("postgres") or (sorted(glob.glob("/usr/lib/postgresql/*/bin/"
                                                             "postgres")) or [None])[-1]
         if exe is None:
-            raise RuntimeError(f"no PostgreSQL here and no {archive or '.pgsql/pgsql.tar.xz'}: "
-                               "run scripts/carry_postgres.sh where PostgreSQL is installed and "
+            raise RuntimeError("no PostgreSQL here and no .pgsql/pgsql.tar.xz: run "
+                               "scripts/carry_postgres.sh where PostgreSQL is installed and "
                                "carry .pgsql")
         self.info["how"] = "this machine's own binaries"
         return Path(os.path.realpath(exe)).parent, env
@@ -150,7 +167,9 @@ class PgServer:
 def _check(carried: Path) -> None:
     import psycopg
     work = Path(tempfile.mkdtemp(prefix="porter-pgcheck-"))
-    pg = PgServer(carried, work, work / "postgres.log")
+    os.chmod(work, 0o755)
+    root = unpack(carried, work)
+    pg = PgServer(root, work, work / "postgres.log")
     try:
         url = pg.start()
         with psycopg.connect(host="127.0.0.1", port=pg.info["port"], user="postgres",
@@ -161,6 +180,13 @@ def _check(carried: Path) -> None:
                           ).fetchone()[0]
         print(f"ok: {pg.info['version']} as {pg.info['user']} ({pg.info['how']}), {url}, "
               f"started in {pg.info['start_s']} s, time zone {tz}, plpgsql {n}")
+        redis = redis_from(root)
+        if redis:
+            argv, env = redis
+            out = subprocess.run(argv + ["--version"], env=env, capture_output=True, text=True,
+                                 timeout=20)
+            print(f"ok: {out.stdout.strip() or out.stderr.strip()}" if out.returncode == 0
+                  else f"error: the packed redis-server does not start: {out.stderr.strip()}")
     finally:
         pg.stop()
         shutil.rmtree(work, ignore_errors=True)

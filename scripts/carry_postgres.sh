@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Packs this machine's PostgreSQL server (initdb, postgres, pg_ctl), the server modules initdb
-# needs, its share files and the shared libraries they load into DIR/pgsql.tar.xz (default DIR:
+# needs, its share files, redis-server (bin/, where there is one) and the shared libraries they
+# load into DIR/pgsql.tar.xz (default DIR:
 # .pgsql at the repository root, which .gitignore ignores), so that a machine without PostgreSQL
 # (the lent GPU machine) can run a throwaway server from it. Usage: scripts/carry_postgres.sh [DIR]
 #
@@ -17,6 +18,7 @@
 # /usr/share/postgresql and /usr/share/zoneinfo hidden (a private mount namespace, where this
 # machine allows one), a fresh initdb, a server on a free port, a query, a clean stop.
 set -euo pipefail
+shopt -s nullglob
 root=$(cd "$(dirname "$0")/.." && pwd)
 dir=${1:-$root/.pgsql}
 pgbin=${PG_BINDIR:-$(pg_config --bindir 2>/dev/null || ls -d /usr/lib/postgresql/*/bin | tail -1)}
@@ -33,6 +35,10 @@ m=$stage/usr/lib/postgresql/$ver/lib
 s=$stage/usr/share/postgresql/$ver
 mkdir -p "$b" "$m" "$s/extension" "$stage/lib"
 for exe in postgres initdb pg_ctl; do cp -L "$pgbin/$exe" "$b/$exe"; done
+# redis-server too, where there is one: it loads mostly the same libraries, so beside the server
+# it costs ~1 MB of the archive instead of a 17 MB .redis folder (scripts/carry_redis.sh)
+redis=${REDIS_SERVER:-$(command -v redis-server || true)}
+if [ -n "$redis" ]; then mkdir -p "$stage/bin"; cp -L "$redis" "$stage/bin/redis-server"; fi
 # server modules: all but the JIT (LLVM) and its bitcode
 for so in "$pglib"/*.so; do
   case "$(basename "$so")" in llvmjit*) continue ;; esac
@@ -46,7 +52,7 @@ done
 cp -L "$share"/extension/plpgsql* "$s/extension/"
 
 # ldd lines: "libfoo.so.1 => /path/libfoo.so.1 (0x...)" or "/lib64/ld-linux-x86-64.so.2 (0x...)"
-for obj in "$b"/* "$m"/*.so; do
+for obj in "$b"/* "$m"/*.so "$stage"/bin/*; do
   ldd "$obj" | while read -r first arrow path _; do
     if [ "$arrow" = "=>" ]; then lib=$path; else lib=$first; fi
     case "$lib" in /*) ;; *) continue ;; esac
@@ -58,7 +64,8 @@ for obj in "$b"/* "$m"/*.so; do
   done
 done
 glibc=$(ldd --version 2>&1 | awk 'NR == 1 {print $NF}')
-{ "$pgbin/postgres" --version; echo "layout usr/lib/postgresql/$ver"
+{ "$pgbin/postgres" --version; [ -z "$redis" ] || "$redis" --version
+  echo "layout usr/lib/postgresql/$ver"
   echo "built against glibc $glibc ($(. /etc/os-release; echo "$PRETTY_NAME"))"; } > "$stage/VERSION"
 
 rm -rf "$dir"

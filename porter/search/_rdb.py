@@ -48,7 +48,26 @@ def rows_for(study: optuna.Study, dists: Mapping[str, BaseDistribution]) -> "Stu
     study_id = getattr(study, "_study_id", None)
     if not isinstance(backend, optuna.storages.RDBStorage) or study_id is None:
         return None
-    return StudyRows(backend.engine, study_id, dists)
+    engine = backend.engine
+    if engine.dialect.name == "postgresql":
+        engine = _lean_engine(engine.url)
+    return StudyRows(engine, study_id, dists)
+
+
+_lean: dict[tuple[int, str], Any] = {}
+
+
+def _lean_engine(url):
+    """An engine of this process for the hot path, without the pre-ping round trip per checkout
+    that the store's engines make (a connection the server dropped fails its statement, the
+    pool drops it, and the job loop's retry takes a new one)."""
+    import os
+    from sqlalchemy import create_engine
+    key = (os.getpid(), url.render_as_string(hide_password=False))
+    if key not in _lean:
+        _lean[key] = create_engine(url, pool_size=2, max_overflow=4,
+                                   connect_args={"connect_timeout": 10})
+    return _lean[key]
 
 
 class StudyRows:
@@ -75,12 +94,14 @@ class StudyRows:
                          .with_for_update()).one()
             if not self._checked:
                 self._check(conn)
-            number = conn.execute(select(func.count(trials.c.trial_id))
-                                  .where(trials.c.study_id == self.study_id)).scalar_one()
+            # the number counts the study's trials once its row is locked (not in the locking
+            # statement, whose select list may be computed before the lock is granted)
+            count = select(func.count(trials.c.trial_id)) \
+                .where(trials.c.study_id == self.study_id).scalar_subquery()
             now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
-            trial_id = conn.execute(insert(trials).values(
-                number=number, study_id=self.study_id, state=TrialState.RUNNING,
-                datetime_start=now).returning(trials.c.trial_id)).scalar_one()
+            trial_id, number = conn.execute(insert(trials).values(
+                number=count, study_id=self.study_id, state=TrialState.RUNNING,
+                datetime_start=now).returning(trials.c.trial_id, trials.c.number)).one()
             conn.execute(insert(tp), [
                 {"trial_id": trial_id, "param_name": n,
                  "param_value": self.dists[n].to_internal_repr(v),
@@ -90,17 +111,29 @@ class StudyRows:
     def finish(self, trial_id: int, value: float | None) -> bool:
         """COMPLETE with `value` (lower is better), or FAIL for None; False when the trial was
         no longer RUNNING (nothing is written then)."""
-        from sqlalchemy import insert, update
+        from sqlalchemy import insert, literal, select, update
         m = self._m
         trials, tv = m.TrialModel.__table__, m.TrialValueModel.__table__
         state = TrialState.COMPLETE if value is not None else TrialState.FAIL
         now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+        done = update(trials).where(trials.c.trial_id == trial_id,
+                                    trials.c.state == TrialState.RUNNING) \
+            .values(state=state, datetime_complete=now).returning(trials.c.trial_id)
+        if self.engine.dialect.name == "postgresql":
+            # one statement (atomic by itself, so no BEGIN and COMMIT round trips): the update,
+            # and the value for the row it updated, if it did
+            if value is not None:
+                stored, kind = m.TrialValueModel.value_to_stored_repr(value)
+                u = done.cte("done")
+                done = insert(tv).add_cte(u).from_select(
+                    ["trial_id", "objective", "value", "value_type"],
+                    select(u.c.trial_id, literal(0), literal(stored, tv.c.value.type),
+                           literal(kind, tv.c.value_type.type))).returning(tv.c.trial_id)
+            with self.engine.connect() as conn:
+                return conn.execution_options(isolation_level="AUTOCOMMIT") \
+                    .execute(done).first() is not None
         with self.engine.begin() as conn:
-            done = conn.execute(update(trials).where(trials.c.trial_id == trial_id,
-                                                     trials.c.state == TrialState.RUNNING)
-                                .values(state=state, datetime_complete=now)
-                                .returning(trials.c.trial_id)).first()
-            if done is None:
+            if conn.execute(done).first() is None:
                 return False
             if value is not None:
                 stored, kind = m.TrialValueModel.value_to_stored_repr(value)
@@ -142,7 +175,8 @@ class StudyRows:
                           .outerjoin(tp, tp.c.trial_id == t.c.trial_id))
              .where(t.c.study_id == self.study_id, cond).order_by(t.c.trial_id))
         with self.engine.connect() as conn:
-            rows = conn.execute(q).all()
+            # one statement, no transaction around it (BEGIN and ROLLBACK are round trips too)
+            rows = conn.execution_options(isolation_level="AUTOCOMMIT").execute(q).all()
         out: dict[int, StudyTrial] = {}
         for r in rows:
             st = out.get(r.trial_id)
