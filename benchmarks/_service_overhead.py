@@ -132,6 +132,9 @@ def measure_overhead(db_url: str, broker: str, replay: str, trials: int) -> dict
         backend.close()
     t1 = time.perf_counter()
     n = sum(1 for t in store.trials(job_id))
+    if summary.status != "done" or not n:
+        raise RuntimeError(f"the overhead job ended {summary.status} after {n} trials: "
+                           f"{summary.message}")
     start = first[0] - t0 if first else 0.0
     kernel = tm.s.get("kernel (replay, no hold)", 0.0)
     loop_s = t1 - (first[0] if first else t0) - kernel

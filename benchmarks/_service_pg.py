@@ -62,6 +62,17 @@ def unpack(carried: Path | None, work: Path) -> Path | None:
     return root
 
 
+def use_zoneinfo(root: Path | None) -> None:
+    """Adds the packed UTC zone file to Python's time zone path, here and in the processes this
+    one starts (kombu, under Celery, needs ZoneInfo("UTC") at import)."""
+    if root is None or not (root / "zoneinfo/UTC").is_file():
+        return
+    import zoneinfo
+    path = [p for p in zoneinfo.TZPATH] + [str(root / "zoneinfo")]
+    os.environ["PYTHONTZPATH"] = os.pathsep.join(path)
+    zoneinfo.reset_tzpath(path)
+
+
 def redis_from(root: Path | None) -> tuple[list[str], dict] | None:
     """(argv, env) of the redis-server packed beside PostgreSQL, if it was."""
     if root is None or not (root / "bin/redis-server").is_file():
@@ -180,6 +191,9 @@ def _check(carried: Path) -> None:
                           ).fetchone()[0]
         print(f"ok: {pg.info['version']} as {pg.info['user']} ({pg.info['how']}), {url}, "
               f"started in {pg.info['start_s']} s, time zone {tz}, plpgsql {n}")
+        use_zoneinfo(root)
+        import zoneinfo
+        print(f"ok: time zone {zoneinfo.ZoneInfo('UTC')} (path {os.pathsep.join(zoneinfo.TZPATH)})")
         redis = redis_from(root)
         if redis:
             argv, env = redis

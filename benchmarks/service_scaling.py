@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _service_pg import PgServer, redis_from, unpack  # noqa: E402
+from _service_pg import PgServer, redis_from, unpack, use_zoneinfo  # noqa: E402
 from _service_procs import REPLAY, ROOT, Procs, free_port, redis_command, wait_for  # noqa: E402
 
 ARCH = "sm_90a"
@@ -66,7 +66,7 @@ class Bench:
             "job": {"template": "gemm_mma", "arch": ARCH, "backend": "replay (hold)",
                     "recording": REPLAY.name, "sizes": "4096x4096x4096",
                     "trials": args.trials, "sampler": "auto"},
-            "status": "running", "notes": []}
+            "status": "running", "notes": list(args.note)}
 
     def say(self, msg: str) -> None:
         print(f"[{time.time() - self.t0:6.1f}s] {msg}", flush=True)
@@ -81,6 +81,7 @@ class Bench:
     def start_services(self) -> None:
         carried = Path(self.args.pg_dir).resolve()
         root = unpack(carried, self.work)
+        use_zoneinfo(root)
         self.pg = PgServer(root, self.work, self.work / "logs/postgres.log")
         admin = self.pg.start()
         self.res["postgres"] = self.pg.info
@@ -258,6 +259,11 @@ class Bench:
             if getattr(self, "pg", None) is not None:
                 self.pg.stop()
             self.save()
+            if self.args.logs:
+                import tarfile
+                with tarfile.open(Path(self.args.logs) / "service_scaling_logs.tar.gz",
+                                  "w:gz") as tar:
+                    tar.add(self.work / "logs", arcname="logs")
             if not self.args.keep:
                 shutil.rmtree(self.work, ignore_errors=True)
         print(json.dumps({k: self.res.get(k) for k in ("overhead_ms_per_trial", "checks")}))
@@ -282,6 +288,9 @@ def main():
     ap.add_argument("--redis-dir", default=str(ROOT / ".redis"))
     ap.add_argument("--out", default=str(default_out))
     ap.add_argument("--keep", action="store_true", help="keep the work folder (logs)")
+    ap.add_argument("--logs", default=os.environ.get("OUT"),
+                    help="a folder for the logs as one .tar.gz (default: $OUT where set)")
+    ap.add_argument("--note", action="append", default=[], help="a note for the results file")
     Bench(ap.parse_args()).run()
 
 

@@ -39,6 +39,10 @@ for exe in postgres initdb pg_ctl; do cp -L "$pgbin/$exe" "$b/$exe"; done
 # it costs ~1 MB of the archive instead of a 17 MB .redis folder (scripts/carry_redis.sh)
 redis=${REDIS_SERVER:-$(command -v redis-server || true)}
 if [ -n "$redis" ]; then mkdir -p "$stage/bin"; cp -L "$redis" "$stage/bin/redis-server"; fi
+# the UTC zone file: Celery's kombu reads ZoneInfo("UTC") at import, and the other machine may
+# have no time zone database (the benchmark points PYTHONTZPATH here)
+mkdir -p "$stage/zoneinfo"
+cp -L /usr/share/zoneinfo/UTC "$stage/zoneinfo/UTC"
 # server modules: all but the JIT (LLVM) and its bitcode
 for so in "$pglib"/*.so; do
   case "$(basename "$so")" in llvmjit*) continue ;; esac
