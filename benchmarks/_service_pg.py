@@ -84,8 +84,9 @@ class PgServer:
     """start() -> the server's admin URL (database postgres, user postgres); stop(). root: an
     unpacked archive (unpack()), or None for this machine's own binaries."""
 
-    def __init__(self, root: Path | None, work: Path, log: Path):
+    def __init__(self, root: Path | None, work: Path, log: Path, settings: dict | None = None):
         self.root, self.work, self.logpath = root, work, log
+        self.settings = dict(SETTINGS, **(settings or {}))
         self.proc: subprocess.Popen | None = None
         self.info: dict = {}
 
@@ -126,7 +127,7 @@ class PgServer:
                                + self.logpath.read_text(errors="replace")[-600:])
         port = _free_port()
         argv = [str(bindir / "postgres"), "-D", str(data), "-p", str(port)]
-        for k, v in SETTINGS.items():
+        for k, v in self.settings.items():
             argv += ["-c", f"{k}={v}"]
         log = open(self.logpath, "ab")
         self.proc = subprocess.Popen(argv, env=env, cwd=self.work, stdout=log,
@@ -137,10 +138,15 @@ class PgServer:
         self._wait(port, t + timeout)
         version = subprocess.run([str(bindir / "postgres"), "--version"], env=env,
                                  capture_output=True, text=True).stdout.strip()
+        import psycopg
+        with psycopg.connect(host="127.0.0.1", port=port, user="postgres",
+                             dbname="postgres") as c:
+            durable = {k: c.execute(f"SHOW {k}").fetchone()[0]
+                       for k in ("fsync", "synchronous_commit", "shared_buffers")}
         self.info.update(version=version, port=port, user=pwd.getpwuid(who[0]).pw_name
                          if who else pwd.getpwuid(os.geteuid()).pw_name,
                          start_s=round(time.time() - t, 2),
-                         settings=dict(SETTINGS, fsync="on", synchronous_commit="on"))
+                         settings=dict(self.settings, **durable))
         return url
 
     def _wait(self, port: int, until: float) -> None:

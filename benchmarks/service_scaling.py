@@ -61,6 +61,7 @@ class Bench:
             "what": "service throughput: per-trial overhead of a driver and trials/s of one job "
                     "with 1..N measuring workers (replay, simulated GPU time)",
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "cores": os.cpu_count(),
             "machine": {"host": platform.node(), "cpus": os.cpu_count(),
                         "platform": platform.platform(), "python": platform.python_version()},
             "job": {"template": "gemm_mma", "arch": ARCH, "backend": "replay (hold)",
@@ -82,7 +83,8 @@ class Bench:
         carried = Path(self.args.pg_dir).resolve()
         root = unpack(carried, self.work)
         use_zoneinfo(root)
-        self.pg = PgServer(root, self.work, self.work / "logs/postgres.log")
+        self.pg = PgServer(root, self.work, self.work / "logs/postgres.log",
+                           dict(kv.split("=", 1) for kv in self.args.pg_set))
         admin = self.pg.start()
         self.res["postgres"] = self.pg.info
         self.say(f"postgres: {self.pg.info['version']} on port {self.pg.info['port']} "
@@ -285,6 +287,8 @@ def main():
     ap.add_argument("--job-timeout", type=float, default=120)
     ap.add_argument("--pg-dir", default=str(ROOT / ".pgsql"),
                     help="where scripts/carry_postgres.sh put its archive")
+    ap.add_argument("--pg-set", action="append", default=[], metavar="NAME=VALUE",
+                    help="a server setting (default: PostgreSQL's, durable commits)")
     ap.add_argument("--redis-dir", default=str(ROOT / ".redis"))
     ap.add_argument("--out", default=str(default_out))
     ap.add_argument("--keep", action="store_true", help="keep the work folder (logs)")
