@@ -180,7 +180,9 @@ def test_two_measuring_workers_on_sqlite(env, tmp_path):
     e = dict(env, PORTER_DB_URL=f"sqlite:///{tmp_path / 'svc.db'}")
     w = Workers(e, tmp_path)
     try:
-        w.start("gpu.sm_90a", 2)
+        # each trial holds its worker for its recorded GPU time: a faster driver no longer
+        # finishes the whole job before the second one joins
+        w.start("gpu.sm_90a", 2, PORTER_REPLAY_HOLD="1")
         job = submit(e, trials=24)
         info = wait_done(e, job)
         assert info.status == "done", info.message

@@ -6,7 +6,9 @@
   if the holder dies), or beside a SQLite file an flock (released by the kernel).
 - beat(): a thread stamps the job's heartbeat every BEAT_S seconds (the reaper re-drives a job
   whose heartbeats stop) and keeps `porter:trial:<job>:<number>` alive in Redis for the trials in
-  flight; the loop reads the thread's last answer, so a round costs no query.
+  flight, setting a new trial's key as soon as asked() wakes it (the ask, under the job's lock,
+  does not wait for Redis; a trial is reclaimable only STALE_TRIAL_S after it started, long after
+  its key is set); the loop reads the thread's last answer, so a round costs no query.
 - reclaim(): a RUNNING trial of the study that nobody recorded is failed once it is older than
   STALE_TRIAL_S and its liveness key is gone (its driver died).
 """
@@ -35,8 +37,10 @@ class ServiceHooks(JobHooks):
     def __init__(self, driver: str, redis_try):
         self.driver, self._redis_try = driver, redis_try
         self._live: set[int] = set()
+        self._new: list[int] = []          # asked, key not set yet (the thread sets it)
         self._signal: str | None = None
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock_conn = None
 
@@ -53,7 +57,17 @@ class ServiceHooks(JobHooks):
         self._signal = "cancel" if cancel else ("stop" if status != "running" else None)
 
     def _run(self) -> None:
-        while not self._stop.wait(BEAT_S):
+        due = time.monotonic() + BEAT_S
+        while True:
+            self._wake.wait(max(0.0, due - time.monotonic()))
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            while self._new:
+                self._touch(self._new.pop())
+            if time.monotonic() < due:
+                continue
+            due = time.monotonic() + BEAT_S
             try:
                 self._beat_now()
             except Exception as e:  # noqa: BLE001 - the database is retried by the loop
@@ -66,6 +80,7 @@ class ServiceHooks(JobHooks):
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         if self._lock_conn is not None:
             self._lock_conn.close()
             self._lock_conn = None
@@ -77,7 +92,8 @@ class ServiceHooks(JobHooks):
 
     def asked(self, number: int) -> None:
         self._live.add(number)
-        self._touch(number)
+        self._new.append(number)
+        self._wake.set()
 
     def told(self, number: int) -> None:
         self._live.discard(number)

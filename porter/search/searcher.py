@@ -31,6 +31,7 @@ import optuna
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
+from porter.search._rdb import rows_for
 from porter.search.base import SAMPLER_NAMES, get_sampler
 
 SAMPLERS = SAMPLER_NAMES      # live: built-ins, registered samplers and entry points
@@ -124,6 +125,9 @@ class Searcher:
                                           direction="minimize")
         self._shared = storage is not None
         self._dists = {n: CategoricalDistribution(list(v)) for n, v in space.params.items()}
+        # a study in a database: open, finish and read trials in one round trip each
+        self._rows = rows_for(self._study, self._dists) if self._shared else None
+        self._ids: dict[int, int] = {}                # our open trial numbers -> trial ids
         self._results: dict[Key, float | None] = {}   # told (here or by another worker)
         self._pending: set[Key] = set()               # proposed, not told yet
         self._own: dict[int, Key] = {}                # our open trial numbers
@@ -168,11 +172,15 @@ class Searcher:
             self._pending.discard(key)
             self._results[key] = objective
             self._engine.told(key, objective)
-        state = TrialState.COMPLETE if objective is not None else TrialState.FAIL
-        try:
-            self._study.tell(number, objective, state=state)
-        except (ValueError, RuntimeError):
-            pass  # already finished (by another worker, or a resumed job)
+        trial_id = self._ids.pop(number, None)
+        if trial_id is not None:
+            self._rows.finish(trial_id, objective)   # a no-op where already finished
+        else:
+            state = TrialState.COMPLETE if objective is not None else TrialState.FAIL
+            try:
+                self._study.tell(number, objective, state=state)
+            except (ValueError, RuntimeError):
+                pass  # already finished (by another worker, or a resumed job)
         self._synced[number] = True
 
     # ---- helpers -----------------------------------------------------------------------
@@ -208,6 +216,10 @@ class Searcher:
         """A RUNNING trial with cfg's parameters, written at once; its number. (study.ask writes
         each parameter in a transaction of its own: 8 commits, ~70 ms a trial on PostgreSQL,
         inside the service's serialised ask.) None where the study does not allow it."""
+        if self._rows is not None:
+            trial_id, number = self._rows.open(cfg)
+            self._ids[number] = trial_id
+            return number
         storage = getattr(self._study, "_storage", None)
         study_id = getattr(self._study, "_study_id", None)
         if storage is None or study_id is None:
@@ -249,11 +261,15 @@ class Searcher:
     def sync(self) -> list:
         """Reads the shared study's trials this searcher has not seen finished: results of other
         workers (or of an earlier run) become seen; their running trials become pending.
-        Returns the study's running trials (FrozenTrials), ours included."""
+        Returns the study's running trials (with .number and .datetime_start), ours included."""
         states = (TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING, TrialState.WAITING)
         self._waiting = False
         running = []
-        for t in self._study.get_trials(deepcopy=False, states=states):
+        trials = self._rows.changed() if self._rows is not None else \
+            self._study.get_trials(deepcopy=False, states=states)
+        for t in trials:
+            if t.state not in states:
+                continue
             if t.state == TrialState.WAITING:   # enqueued: study.ask must take it up
                 self._waiting = True
                 continue
