@@ -92,7 +92,8 @@ def measure_overhead(db_url: str, broker: str, replay: str, trials: int) -> dict
     from workers import driver, tasks
 
     spec, tpl, _ = make_spec("gemm_mma", "sm_90a", ["4096x4096x4096"], trials,
-                             backend="replay", replay=replay, service=True)
+                             backend="replay", replay=replay, service=True,
+                             fresh=True)   # each round measures (no reuse of the last round)
     store = open_store(db_url)
     src, space = template_record(tpl)
     store.optuna_storage()

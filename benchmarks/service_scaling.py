@@ -172,7 +172,8 @@ class Bench:
         from porter.job.jobs import make_spec
         from workers.service import Service
         spec, _, _ = make_spec("gemm_mma", ARCH, ["4096x4096x4096"], self.args.trials,
-                               backend="replay", replay=str(REPLAY), service=True)
+                               backend="replay", replay=str(REPLAY), service=True,
+                               fresh=True)   # every run measures: no reuse of the last run
         os.environ["PORTER_DRIVERS"] = str(n)
         job = Service().submit(spec, self.db_url)
         t = time.time()
