@@ -1,5 +1,5 @@
-"""Service-side writes (claims, heartbeats, reclaiming dead drivers, the cross-job measurement
-cache), as methods that SqlStore inherits. Each write is one transaction through `self._tx`."""
+"""Service-side writes (claims, heartbeats, reclaiming dead drivers), as methods that SqlStore
+inherits (the cross-job measurement cache is db/cache.py). Each write is one transaction through `self._tx`."""
 from __future__ import annotations
 
 import time
