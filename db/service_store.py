@@ -1,5 +1,6 @@
 """Service-side writes (claims, heartbeats, reclaiming dead drivers), as methods that SqlStore
-inherits (the cross-job measurement cache is db/cache.py). Each write is one transaction through `self._tx`."""
+inherits (the cross-job measurement cache is db/cache.py). Each write is one transaction
+through `self._tx`."""
 from __future__ import annotations
 
 import time
