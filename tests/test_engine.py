@@ -200,3 +200,13 @@ def test_ctrl_c_interrupts_with_resume_hint(tmp_path):
     trials = s.trials(job.id)
     assert s.get_job(job.id).status == "done" and len(trials) == 20
     assert len({t.config_key for t in trials}) == 20
+
+
+def test_a_refused_driver_connection_is_transient_and_a_bad_query_is_not():
+    """A driver's own psycopg connection (the ask lock's) refused during a database restart is
+    retried like the store's; a constraint violation is not."""
+    psycopg = pytest.importorskip("psycopg")
+    from porter.job.hooks import is_transient
+    assert is_transient(psycopg.OperationalError("connection failed: not accepting connections"))
+    assert not is_transient(psycopg.errors.UniqueViolation("duplicate key"))
+    assert not is_transient(ValueError("connection failed"))

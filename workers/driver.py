@@ -135,19 +135,20 @@ class ServiceHooks(JobHooks):
         import psycopg
         from sqlalchemy.engine import make_url
         key = LOCK_BASE + self.job_id
-        if self._lock_conn is None:
-            u = make_url(self.store.url)
-            self._lock_conn = psycopg.connect(
-                host=u.host, port=u.port or 5432, user=u.username, password=u.password,
-                dbname=u.database, autocommit=True, connect_timeout=5)
-        conn = self._lock_conn
         try:
-            conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+            if self._lock_conn is None:   # (re)connecting is inside: a refused connection
+                u = make_url(self.store.url)  # is as transient as a dropped one
+                self._lock_conn = psycopg.connect(
+                    host=u.host, port=u.port or 5432, user=u.username, password=u.password,
+                    dbname=u.database, autocommit=True, connect_timeout=5)
+            self._lock_conn.execute("SELECT pg_advisory_lock(%s)", (key,))
         except psycopg.Error as e:
+            if self._lock_conn is not None:
+                self._lock_conn.close()
             self._lock_conn = None
-            conn.close()
             from sqlalchemy.exc import OperationalError
             raise OperationalError("pg_advisory_lock", {}, e) from e
+        conn = self._lock_conn
         try:
             yield
         finally:

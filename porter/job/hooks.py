@@ -161,6 +161,9 @@ def is_transient(e: BaseException) -> bool:
             return True
         if isinstance(e, exc.DBAPIError) and e.connection_invalidated:
             return True
+        # a driver's own DB-API connection (PEP 249 names its connection-level class so)
+        if type(e).__name__ == "OperationalError" and type(e).__module__.startswith("psycopg"):
+            return True
         if StorageInternalError and isinstance(e, StorageInternalError):
             return True
         e = e.__cause__ or e.__context__
