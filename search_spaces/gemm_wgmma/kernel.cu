@@ -13,8 +13,8 @@
 // through C's tensor map) while the consumers go on to their next tile's MMAs. EPI=2 stages the
 // whole tile (BM*BN*2 bytes), so its stores are only waited for before the next tile's
 // epilogue; EPI=3 reuses one 64 x EPI_W buffer per consumer (the smem of EPI=1, more stages).
-// CLUSTER=2: two CTAs on vertically adjacent tiles share the B tile; each loads half of it and
-// multicasts it into both, and each consumer warp frees a stage in both CTAs.
+// CLUSTER=2/4: two or four CTAs on vertically adjacent tiles share the B tile; each loads its
+// share of it and multicasts it into all, and each consumer warp frees a stage in all of them.
 // PERSIST=1: grid of at most one CTA per SM striding over tiles, so the producer prefetches the
 // next tile while the consumers run their epilogue. Tiles are rastered in groups of GROUP_M rows.
 // Work items (Sched below) are a tile and a range of k-tiles. SPLITK > 1 cuts every tile's K
@@ -81,8 +81,8 @@
 #if STREAMK && (!PERSIST || SPLITK != 1)
 #error "STREAMK needs PERSIST=1 and SPLITK=1"
 #endif
-#if CLUSTER != 1 && CLUSTER != 2
-#error "CLUSTER must be 1 or 2"
+#if CLUSTER != 1 && CLUSTER != 2 && CLUSTER != 4
+#error "CLUSTER must be 1, 2 or 4"
 #endif
 #ifndef TAILW
 #define TAILW 0        // > 0 (persistent): the last rows of tiles are re-cut along N into pieces
