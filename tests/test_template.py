@@ -99,3 +99,19 @@ def test_workspace_clean_is_a_prefix_of_the_workspace(tmp_path):
         "[launch]", '[launch]\nworkspace = "8"\nworkspace_clean = "BOGUS"', 1))
     with pytest.raises(TemplateError, match="BOGUS"):
         load_template(d)
+
+
+def test_wave_cost_counts_whole_waves_of_tiles(tmp_path):
+    """[launch] tiles / tile_cost: whole waves of tiles over arch_sms, times a tile's cost; no
+    `tiles`: None; a name that is not a parameter, size or limit: a TemplateError."""
+    t = load_template(copy_planted(tmp_path, lambda s: s.replace(
+        "[launch]", '[launch]\ntiles = "ceil_div(cols, THREADS)"\ntile_cost = "THREADS"', 1)))
+    arch, cfg = ARCHS["sm_90a"].with_sms(132), {"MODE": 0, "THREADS": 64}
+    assert t.wave_cost(cfg, arch, (64, 64 * 132)) == 64            # 132 tiles: one wave
+    assert t.wave_cost(cfg, arch, (64, 64 * 133)) == 128           # 133: a second wave
+    assert t.wave_cost(cfg, arch.with_sms(133), (64, 64 * 133)) == 64
+    assert load_template(copy_planted(tmp_path / "b")).wave_cost(cfg, arch, (64, 128)) is None
+    d = copy_planted(tmp_path / "c", lambda s: s.replace(
+        "[launch]", '[launch]\ntiles = "BOGUS"', 1))
+    with pytest.raises(TemplateError, match="BOGUS"):
+        load_template(d)
