@@ -26,6 +26,8 @@ N_SEEDS = 16              # warm-start configurations per shape: the nearest tun
 N_VARY = 8                # best ones, then this many neighbours of the best along VARY
 VARY = ("BN", "STREAMK", "TAILW", "BM", "CLUSTER", "SPLITK", "EPI", "STAGES")
 ALIGN = (0.0, 0.0, 1.0)   # K's row alignment counts in the distance between shapes (seed_check)
+N_WAVE = 4                # of those, this many tile shapes / splits of the best seed that fill
+WAVE_VARY = ("BM", "BN", "SPLITK")   # the waves better (space.toml's [launch] tiles, tile_cost)
 COMPILE_WORKERS = 12      # one compile pool for the whole sweep (porter.job.loop's per job
 AHEAD = 6                 # costs ~1 s of spawning a shape); at most AHEAD trials in flight
 
@@ -97,6 +99,20 @@ class Converged(JobHooks):
         return signal
 
 
+def sweep_seeds(tpl, arch, shape, tuned: list[Tuned]) -> list[dict]:
+    """The warm start of one shape: N_SEEDS configurations (porter.search.warm.seeds_for with
+    the sweep's policy), each feasible at that shape on `arch`."""
+    shape = tuple(shape)
+
+    def feasible(cfg):
+        return static_check(tpl, arch, cfg, [shape]) is None
+
+    def cost(cfg):
+        return tpl.wave_cost(cfg, arch, shape)
+    return seeds_for(shape, tuned, tpl.params, feasible, N_SEEDS, vary=VARY, n_vary=N_VARY,
+                     align=ALIGN, cost=cost, wave_vary=WAVE_VARY, n_wave=N_WAVE)
+
+
 def size_text(shape) -> str:
     return "x".join(map(str, shape))
 
@@ -128,10 +144,7 @@ class SweepPorter:
         self.retime_be.close()
 
     def seeds(self, shape, tuned: list[Tuned]) -> list[dict]:
-        def feasible(cfg):
-            return static_check(self.tpl, self.arch, cfg, [tuple(shape)]) is None
-        return seeds_for(shape, tuned, self.tpl.params, feasible, N_SEEDS, vary=VARY,
-                         n_vary=N_VARY, align=ALIGN)
+        return sweep_seeds(self.tpl, self.arch, shape, tuned)
 
     def precompile(self, configs: list[dict], pool: SharedPool) -> float:
         """Compiles configurations ahead in the sweep's pool (the compile cache serves every
@@ -205,8 +218,9 @@ class SweepPorter:
         rec = {"template": TEMPLATE, "arch": self.arch.name, "gpu": self.device.get("gpu", ""),
                "driver": self.device.get("driver", ""), "nvrtc": nvrtc_version(),
                "date": datetime.date.today().isoformat(), "shape": list(shape),
-               "category": category, "seed_policy": f"{N_SEEDS - N_VARY} nearest (align "
-               f"{ALIGN}) + {N_VARY} neighbours along {','.join(VARY)}", **found, "retime_seconds": round(time.monotonic() - t0, 2)}
+               "category": category, "seed_policy": f"{N_SEEDS - N_VARY - N_WAVE} nearest (align "
+               f"{ALIGN}) + {N_WAVE} wave fits along {','.join(WAVE_VARY)} + {N_VARY} "
+               f"neighbours along {','.join(VARY)}", **found, "retime_seconds": round(time.monotonic() - t0, 2)}
         if res is None:
             rec.update(params=None, ratio=None, note="no configuration measured")
         else:

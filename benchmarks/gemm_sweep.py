@@ -159,16 +159,13 @@ def summarize(records: list[dict]) -> dict:
 def plan(args) -> None:
     """No GPU: each shape in sweep order with its warm seeds (static check at the H200's 132
     SMs)."""
-    from porter.build.check import static_check
-    from _sweep_port import ALIGN, N_SEEDS, N_VARY, VARY
-    from porter.search.warm import seeds_for
+    from _sweep_port import sweep_seeds
     from porter.spec.arch import get_arch
     from porter.spec.template import find_template
     tpl, arch = find_template("gemm_wgmma"), get_arch("sm_90a")
     tuned = tuned_sources()
     for cat, *shape in order(select(args), tuned):
-        seeds = seeds_for(shape, tuned, tpl.params, lambda c, s=tuple(shape): static_check(
-            tpl, arch, c, [s]) is None, N_SEEDS, vary=VARY, n_vary=N_VARY, align=ALIGN)
+        seeds = sweep_seeds(tpl, arch, shape, tuned)
         print(f"{cat:12s} {'x'.join(map(str, shape)):>18s} {len(seeds):2d} seeds:")
         for c in seeds:
             print("    " + tpl.config_key(c))

@@ -108,6 +108,33 @@ def test_variants_step_along_the_tile_and_schedule_first():
     assert len(seeds) == 16 and len({tpl.config_key(c) for c in seeds}) == 16
 
 
+def test_wave_variants_pick_the_tile_that_fills_the_multiprocessors():
+    """Template.wave_cost (space.toml's [launch] tiles and tile_cost) ranks tile shapes for a
+    size: 128 x 192 leaves 36 of 132 SMs idle at 1536^3, 128 x 144 makes exactly 132 tiles;
+    at 256x5120x5120, 128 x 80 makes 128 tiles where 128 x 128 makes 80; at 1024x1024x32768
+    (32 tiles of 128 x 256) a split along K; on 114 SMs (H100 PCIe) the answer moves."""
+    from porter.search.warm import wave_variants
+    tpl = find_template("gemm_wgmma")
+    best = {n: v[0] for n, v in tpl.params.items()}
+
+    def first(shape, config, arch=get_arch("sm_90a")):
+        ok = lambda c: static_check(tpl, arch, c, [shape]) is None   # noqa: E731
+        cost = lambda c: tpl.wave_cost(c, arch, shape)              # noqa: E731
+        vs = wave_variants(config, tpl.params, ok, cost, ("BM", "BN", "SPLITK"), 4)
+        assert vs and all(ok(v) and cost(v) < cost(config) for v in vs)
+        assert [cost(v) for v in vs] == sorted(cost(v) for v in vs)
+        return vs[0]
+
+    v = first((1536, 1536, 1536), {**best, "BN": 192})
+    assert (v["BM"], v["BN"], v["SPLITK"]) == (128, 144, 1)
+    v = first((256, 5120, 5120), {**best, "BN": 128})
+    assert (v["BM"], v["BN"], v["SPLITK"]) == (128, 80, 1)
+    assert first((1024, 1024, 32768), best)["SPLITK"] > 1
+    assert tpl.wave_cost(best, get_arch("sm_90a"), (8192, 8192, 8192)) is not None
+    h100 = get_arch("sm_90a").with_sms(114)
+    assert (first((1536, 1536, 1536), {**best, "BN": 192}, h100)["BN"]) != 144
+
+
 def test_tuned_records_fill_new_parameters_and_skip_removed_ones():
     defaults = {"BM": 128, "TAILW": 0}
     recs = [{"template": "gemm_wgmma", "shape": [1, 2, 3], "params": {"BM": 64}, "ratio": 1.0,

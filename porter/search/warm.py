@@ -131,13 +131,47 @@ def variants(config: Mapping[str, Any], params: Mapping[str, Sequence],
     return out
 
 
+def wave_variants(config: Mapping[str, Any], params: Mapping[str, Sequence],
+                  feasible: Callable[[dict], bool], cost: Callable[[dict], float | None],
+                  vary: Sequence[str], n: int = 4) -> list[dict]:
+    """Up to n configurations one or two parameters of `vary` (the tile shape, a split) away
+    from `config`, each repaired, whose estimated cost (a template's Template.wave_cost: whole
+    waves of tiles times a tile's time) is below config's, cheapest first. A tile tuned for
+    another size can leave a ragged last wave or idle multiprocessors here (1536^3 at
+    128 x 192: 96 tiles on 132 SMs; 128 x 144: 132); this finds the tile that fits."""
+    base = cost(dict(config))
+    if base is None:
+        return []
+    vary = [p for p in vary if p in params and p in config]
+    found: dict[tuple, tuple[float, dict]] = {}
+    for k in (1, 2):
+        for group in itertools.combinations(vary, k):
+            choices = [[v for v in params[p] if v != config[p]] for p in group]
+            for values in itertools.product(*choices):
+                trial = {**config, **dict(zip(group, values))}
+                c = cost(trial)
+                if c is None or c >= base:
+                    continue
+                fixed = repair(trial, params, feasible, 1, keep=group)
+                if fixed is None:
+                    continue
+                key = tuple(fixed[p] for p in params)
+                c = cost(fixed)
+                if c is not None and c < base and (key not in found or c < found[key][0]):
+                    found[key] = (c, fixed)
+    return [cfg for _, cfg in sorted(found.values(), key=lambda x: x[0])[:n]]
+
+
 def seeds_for(size: Sequence[int], tuned: Iterable[Tuned], params: Mapping[str, Sequence],
               feasible: Callable[[dict], bool], n: int = 16,
               weights: Sequence[float] | None = None, vary: Sequence[str] = (),
-              n_vary: int = 0, align: Sequence[float] | None = None) -> list[dict]:
+              n_vary: int = 0, align: Sequence[float] | None = None,
+              cost: Callable[[dict], float | None] | None = None,
+              wave_vary: Sequence[str] = (), n_wave: int = 0) -> list[dict]:
     """What a port of `size` proposes first: nearest_seeds, each repaired for this size
     (feasible(config) judges it), repeats dropped; with `vary`, n_vary of those n are the
-    best seed's `variants` along those parameters, after the first n - n_vary seeds."""
+    best seed's `variants` along those parameters, after the first n - n_vary - n_wave seeds;
+    with `cost`, n_wave before them are the best seed's `wave_variants` along wave_vary."""
     near, seen = [], set()
     for cfg in nearest_seeds(size, tuned, 4 * n, weights, align=align):
         fixed = repair(cfg, params, feasible)
@@ -149,11 +183,20 @@ def seeds_for(size: Sequence[int], tuned: Iterable[Tuned], params: Mapping[str, 
             near.append(fixed)
         if len(near) >= n:
             break
-    if not vary or not near or n_vary <= 0:
+    waves = wave_variants(near[0], params, feasible, cost, wave_vary, n_wave) \
+        if near and cost is not None and n_wave > 0 else []
+    if not near or (not waves and (not vary or n_vary <= 0)):
         return near
-    out = near[:n - n_vary]
+    keep = n - len(waves) - (n_vary if vary else 0)
+    out = near[:max(keep, 1)]
     seen = {tuple(c[p] for p in params) for c in out}
-    for cfg in variants(near[0], params, vary, feasible) + near[n - n_vary:]:
+    for cfg in waves:
+        key = tuple(cfg[p] for p in params)
+        if key not in seen and len(out) < n:
+            seen.add(key)
+            out.append(cfg)
+    more = variants(near[0], params, vary, feasible) if vary and n_vary > 0 else []
+    for cfg in more + near[max(keep, 1):]:
         key = tuple(cfg[p] for p in params)
         if key not in seen and len(out) < n:
             seen.add(key)

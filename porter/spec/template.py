@@ -6,6 +6,7 @@ dictionaries. See docs/TEMPLATES.md for the format.
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import re
 import tomllib
@@ -76,6 +77,10 @@ class Template:
     # bytes at the start of the workspace that must be zero again when the kernel ends (flags,
     # counters); None: all of it. The rest is scratch the kernel fully writes before it reads.
     workspace_clean: Expr | None = None
+    # [launch] tiles / tile_cost: independent output tiles and one tile's relative time, for
+    # wave quantization (wave_cost); None: the template does not say
+    tiles: Expr | None = None
+    tile_cost: Expr | None = None
     source_hash: str = field(default="", compare=False)
     op_spec: OpSpec | None = None                  # [op]: an op declared by the template
     # porter headers this template compiles against: a snapshot carries its own; None: the
@@ -179,6 +184,16 @@ class Template:
         if self.workspace_clean is None:
             return total
         return min(total, int(self.workspace_clean(self.env(config, arch, size))))
+
+    def wave_cost(self, config, arch: Arch, size) -> float | None:
+        """Estimated relative time: whole waves of `tiles` over the multiprocessors (arch_sms),
+        each wave one tile_cost; what a warm start ranks tile shapes by where a tuned one leaves
+        a ragged last wave or idle multiprocessors. None without [launch] tiles."""
+        if self.tiles is None:
+            return None
+        env = self.env(config, arch, size)
+        waves = math.ceil(float(self.tiles(env)) / max(1, int(env.get("arch_sms") or 1)))
+        return waves * (float(self.tile_cost(env)) if self.tile_cost is not None else 1.0)
 
     def defines(self, config: Mapping[str, Any], arch: Arch) -> list[str]:
         opts = [f"-D{k}={int(v) if isinstance(v, bool) else v}" for k, v in config.items()]
@@ -293,6 +308,8 @@ def load_template(folder: str | Path, include_dir: Path | None = None,
                                                          "launch.cluster", 3),
         workspace=Expr(launch.get("workspace", 0)),
         workspace_clean=Expr(launch["workspace_clean"]) if "workspace_clean" in launch else None,
+        tiles=Expr(launch["tiles"]) if "tiles" in launch else None,
+        tile_cost=Expr(launch["tile_cost"]) if "tile_cost" in launch else None,
         metrics=metrics, tensor_maps=tuple(tmaps),
         rtol=verify.get("rtol"), allow_spills=bool(resources.get("allow_spills", False)),
         seeds=tuple(dict(x) for x in seeds),
@@ -319,8 +336,9 @@ def _check_names(tpl: Template) -> None:
     exprs += [("launch.grid", e) for e in tpl.grid] + [("launch.block", e) for e in tpl.block]
     exprs += [("launch.cluster", e) for e in tpl.cluster]
     exprs += [("launch.smem", tpl.smem), ("launch.workspace", tpl.workspace)]
-    if tpl.workspace_clean is not None:
-        exprs.append(("launch.workspace_clean", tpl.workspace_clean))
+    for key in ("workspace_clean", "tiles", "tile_cost"):
+        if getattr(tpl, key) is not None:
+            exprs.append((f"launch.{key}", getattr(tpl, key)))
     exprs += [(f"metrics.{k}", e) for k, e in tpl.metrics.items()]
     exprs += [("tensor_maps.box", e) for tm in tpl.tensor_maps for e in tm.box]
     for where, e in exprs:
