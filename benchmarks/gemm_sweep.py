@@ -30,6 +30,7 @@ that our kernel is fast: it is reported beside the figure and left out of the ge
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import statistics
@@ -94,6 +95,14 @@ def tuned_sources(files=TUNED) -> list[Tuned]:
         recs = json.loads((RESULTS / name).read_text())
         out += tuned_from_records(recs, "gemm_wgmma", defaults, source=name)
     return out
+
+
+def other_gpu_sources(path) -> list[Tuned]:
+    """A sweep's records on another GPU as warm-start sources (Tuned.other_gpu: the same
+    shape's answer is a seed too)."""
+    recs = json.loads(Path(path).read_text())["records"]
+    return [dataclasses.replace(t, source=f"{Path(path).name}", other_gpu=True)
+            for t in map(sweep_tuned, recs) if t]
 
 
 def order(shapes, tuned: list[Tuned]):
@@ -163,7 +172,7 @@ def plan(args) -> None:
     from porter.spec.arch import get_arch
     from porter.spec.template import find_template
     tpl, arch = find_template("gemm_wgmma"), get_arch("sm_90a")
-    tuned = tuned_sources()
+    tuned = tuned_sources() + (other_gpu_sources(args.warm_from) if args.warm_from else [])
     for cat, *shape in order(select(args), tuned):
         seeds = sweep_seeds(tpl, arch, shape, tuned)
         print(f"{cat:12s} {'x'.join(map(str, shape)):>18s} {len(seeds):2d} seeds:")
@@ -228,6 +237,9 @@ def main(argv=None):
     ap.add_argument("--deadline-s", type=float, default=330.0,
                     help="start no new shape after this many seconds")
     ap.add_argument("--label", default="", help="a name for this run, kept in its records")
+    ap.add_argument("--warm-from", default=None, metavar="RESULTS",
+                    help="a sweep's results on another GPU: its shapes (the same shape "
+                         "included) are warm-start sources, as a port to a new GPU would use")
     ap.add_argument("--db", default=None, help="the jobs' database (default: OUT/sweep.db)")
     ap.add_argument("--include", default=None,
                     help="compile against this copy of porter/include (e.g. one taken from a "
@@ -251,7 +263,7 @@ def main(argv=None):
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     old = json.loads(Path(args.merge).read_text())["records"] if args.merge else []
-    tuned = tuned_sources()
+    tuned = tuned_sources() + (other_gpu_sources(args.warm_from) if args.warm_from else [])
     deep = {parse_shape(s) for s in args.deep.split(",") if s}
     # the shapes not searched longer first (in sweep order), then the deep ones
     shapes = sorted(order(select(args), tuned), key=lambda s: tuple(s[1:]) in deep)
@@ -305,7 +317,8 @@ def write(out: Path, records, bw, skipped, args, t_start) -> dict:
            "bf16_tflops_assumed": BF16_TFLOPS, "pathology_rule": PATHOLOGY,
            "trials_budget": args.trials, "min_trials": args.min_trials,
            "deep": args.deep, "deep_min_trials": args.deep_min_trials, "merged": args.merge,
-           "patience": args.patience, "skipped_for_time": skipped,
+           "patience": args.patience, "warm_from": args.warm_from,
+           "skipped_for_time": skipped,
            "wall_s": round(time.monotonic() - t_start, 1),
            "summary": summarize(records), "records": records}
     (out / OUT_NAME).write_text(json.dumps(doc, indent=1, default=str))

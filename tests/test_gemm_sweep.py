@@ -55,6 +55,9 @@ def test_nearest_seeds_take_the_nearest_shapes_first():
     assert nearest_seeds((4096, 4096, 4096), tuned, 2) == [{"X": 9}, c]   # not its own
     # a source of the very shape is left out: a re-port does not start from its own answer
     assert {"X": 9} not in nearest_seeds((3000, 5000, 1000), tuned, 5)
+    # ... unless it was tuned on another GPU: a port to a new GPU starts from that answer
+    other = Tuned((3000, 5000, 1000), ({"X": 8},), "h200", other_gpu=True)
+    assert nearest_seeds((3000, 5000, 1000), tuned + [other], 5)[0] == {"X": 8}
     assert size_distance((1, 2, 4), (4, 2, 1)) == 4.0
     # with K's alignment counted, K = 1000 (rows 2000 bytes apart) is far from K = 1024
     near = size_distance((4096, 4096, 1000), (4096, 4096, 1024))
@@ -250,3 +253,15 @@ def test_tuned_sizes_from_a_database(tmp_path):
     (t,) = tuned_from_store(store, "gemm_wgmma", "sm_90a")
     assert t.size == (3000, 5000, 1000) and t.ratio == pytest.approx(1 / 0.95)
     assert [c["STAGES"] for c in t.configs] == [3, 6, 4]      # objectives 0.95, 1.02, 1.10
+
+
+def test_warm_from_reads_another_gpus_sweep(tmp_path):
+    """--warm-from: each record's best and finalists, as other-GPU sources of its shape."""
+    f = tmp_path / "sweep.json"
+    f.write_text(json.dumps({"records": [
+        {"shape": [3000, 5000, 1000], "params": {"BM": 128}, "ratio": 0.9,
+         "finalists": [{"params": {"BM": 64}, "ratio": 0.8}]},
+        {"shape": [1, 2, 3], "params": None, "ratio": None}]}))
+    (t,) = gs.other_gpu_sources(f)
+    assert t.other_gpu and t.size == (3000, 5000, 1000) and t.source == "sweep.json"
+    assert t.configs == ({"BM": 128}, {"BM": 64})

@@ -31,6 +31,8 @@ class Tuned:
     configs: tuple[dict, ...]          # best first
     source: str = ""
     ratio: float | None = field(default=None, compare=False)   # the best one's, if known
+    # tuned on another GPU model: a port to this one may start from the same size's answer
+    other_gpu: bool = field(default=False, compare=False)
 
 
 def size_distance(a: Sequence[int], b: Sequence[int],
@@ -61,10 +63,11 @@ def nearest_seeds(size: Sequence[int], tuned: Iterable[Tuned], n: int = 16,
                   ) -> list[dict]:
     """Up to n configurations for `size`, best guess first (see the module's docstring).
     exclude_size: a source of exactly this size is left out (a sweep re-porting a size must
-    not start from its own answer)."""
+    not start from its own answer), unless it was tuned on another GPU (Tuned.other_gpu: a port
+    to a new GPU starts from the old GPU's answer for the same size)."""
     items = []
     for t in tuned:
-        if exclude_size and tuple(t.size) == tuple(size):
+        if exclude_size and not t.other_gpu and tuple(t.size) == tuple(size):
             continue
         d = size_distance(size, t.size, weights, align)
         if not math.isfinite(d):
