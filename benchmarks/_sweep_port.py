@@ -28,21 +28,13 @@ VARY = ("BN", "STREAMK", "TAILW", "BM", "CLUSTER", "SPLITK", "EPI", "STAGES")
 ALIGN = (0.0, 0.0, 1.0)   # K's row alignment counts in the distance between shapes (seed_check)
 N_WAVE = 4                # of those, this many tile shapes / splits of the best seed that fill
 WAVE_VARY = ("BM", "BN", "SPLITK")   # the waves better (space.toml's [launch] tiles, tile_cost)
-COMPILE_WORKERS = 12      # one compile pool for the whole sweep (porter.job.loop's per job
-AHEAD = 6                 # costs ~1 s of spawning a shape); at most AHEAD trials in flight
+COMPILE_WORKERS = 12      # one compile pool for the whole sweep, lent to every shape's job
+AHEAD = 6                 # (a pool per job costs ~1 s of spawning); at most AHEAD in flight
 
 
 class SharedPool(PoolCompiles):
-    """The engine's compile pool, kept from job to job: closing it drops what is pending."""
-
-    def __init__(self, workers: int, ahead: int):
-        super().__init__(workers)
-        self.ahead = ahead
-
-    def close(self) -> None:
-        for fut in self._futures:
-            fut.cancel()
-        self._futures.clear()
+    """The sweep's compile pool: lent to each job's engine (Engine's `compiles`), which leaves
+    it open and with nothing of that job pending; it also compiles the warm seeds ahead."""
 
     def compile_all(self, tpl, configs, arch) -> None:
         for c in configs:
@@ -50,24 +42,15 @@ class SharedPool(PoolCompiles):
         while self.pending():
             self.finished()
 
-    def shutdown(self) -> None:
-        super().close()
-
 
 @contextlib.contextmanager
 def shared_compiles(workers: int = COMPILE_WORKERS, ahead: int = AHEAD):
-    """While open, every job's loop compiles in one pool (porter.job.loop.compiles_for is the
-    engine's only way to get one, so it is swapped for the duration)."""
-    from porter.job import loop
+    """One compile pool for a sweep's jobs (SweepPorter's `compiles`), shut down at the end."""
     pool = SharedPool(workers, ahead)
-    original = loop.compiles_for
-    loop.compiles_for = lambda needs_compile, n: pool if needs_compile and n else \
-        original(needs_compile, n)
     try:
         yield pool
     finally:
-        loop.compiles_for = original
-        pool.shutdown()
+        pool.close()
 
 
 class Converged(JobHooks):
@@ -122,8 +105,11 @@ class SweepPorter:
     baselines), the database and the template for a whole sweep."""
 
     def __init__(self, store, trials: int, min_trials: int, patience: int,
-                 include_dir: str | None = None, backends=None):
-        self.store, self.trials = store, trials
+                 include_dir: str | None = None, backends=None,
+                 compiles: SharedPool | None = None):
+        """compiles: the pool every shape's job compiles in (shared_compiles); None: each job
+        makes its own of COMPILE_WORKERS processes."""
+        self.store, self.trials, self.compiles = store, trials, compiles
         self.min_trials, self.patience = min_trials, patience
         self.include_dir = include_dir
         self.tpl = template(include_dir)
@@ -162,8 +148,8 @@ class SweepPorter:
         hooks = Converged(min_trials or self.min_trials, self.patience)
         t0 = time.monotonic()
         summary = Engine(self.store, self.tpl, self.arch, self.search_be,
-                         workers=COMPILE_WORKERS, on_trial=hooks.on_trial,
-                         hooks=hooks).run(job, spec, seeds)
+                         workers=COMPILE_WORKERS, on_trial=hooks.on_trial, hooks=hooks,
+                         compiles=self.compiles).run(job, spec, seeds)
         seconds = time.monotonic() - t0
         if hooks.stopped:
             finish_job(self.store, job, "done", f"converged: no gain over {hooks.patience} "

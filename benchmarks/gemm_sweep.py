@@ -270,10 +270,10 @@ def main(argv=None):
     tuned += [t for t in map(sweep_tuned, old) if t]
     bw = copy_gbps()
     print(f"device-to-device copy: {bw:.0f} GB/s", flush=True)
-    porter = SweepPorter(open_store(f"sqlite:///{args.db or out / 'sweep.db'}"), args.trials,
-                         args.min_trials, args.patience, args.include)
     records, skipped = [], []
     with shared_compiles() as pool:
+        porter = SweepPorter(open_store(f"sqlite:///{args.db or out / 'sweep.db'}"), args.trials,
+                             args.min_trials, args.patience, args.include, compiles=pool)
         seeds = {tuple(s[1:]): porter.seeds(s[1:], tuned) for s in shapes}
         pre = porter.precompile([c for v in seeds.values() for c in v], pool)
         print(f"precompiled the warm seeds in {pre:.1f} s", flush=True)

@@ -13,6 +13,8 @@ from porter.records import REUSABLE_STATUSES, TrialRecord
 from .models import Measurement, Trial
 from .rows import _MEAS_COLS, _TRIAL_COLS, _trial_records
 
+IN_CHUNK = 500          # configuration keys per IN list (well inside every database's limit)
+
 
 def _sources(measure_key: str, exclude_job: int | None):
     where = [Trial.measure_key == measure_key, Trial.reused_job.is_(None),
@@ -54,3 +56,25 @@ class CacheMixin:
                                 .order_by(sub.c.objective.asc().nulls_last(), sub.c.id)
                                 .limit(max(0, limit))).scalars().all()
         return [dict(p) for p in rows]
+
+    def cached_config_keys(self, measure_key: str, config_keys,
+                           exclude_job: int | None = None) -> set[str]:
+        """Which of `config_keys` cached_trial would answer for this identity: one query per
+        IN_CHUNK keys (the service's compile prefetch asks this for each batch of variants)."""
+        keys = list(dict.fromkeys(config_keys))
+        found: set[str] = set()
+        with self._read("looking up the measurement cache") as conn:
+            for i in range(0, len(keys), IN_CHUNK):
+                found.update(conn.execute(
+                    select(Trial.config_key).distinct()
+                    .where(*_sources(measure_key, exclude_job),
+                           Trial.config_key.in_(keys[i:i + IN_CHUNK]))).scalars())
+        return found
+
+    def measure_keys(self, job_id: int) -> set[str]:
+        """The measurement identities the job's recorded trials carry (those its drivers
+        measure under; none before its first trial that has one)."""
+        with self._read("reading the job's measurement identities") as conn:
+            return set(conn.execute(
+                select(Trial.measure_key).distinct()
+                .where(Trial.job_id == job_id, Trial.measure_key.is_not(None))).scalars())

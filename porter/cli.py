@@ -134,7 +134,8 @@ def export(job: int, fmt: str = typer.Option("cu", "--format", help="cu, cubin, 
 
 @app.command()
 def record(job: int, out: Path = typer.Option(..., "-o", "--out"), db: Optional[str] = DbOpt):
-    """Write a job's measurements as a replay recording (.json or .json.gz)."""
+    """Write a job's measurements as a replay recording (.json or .json.gz); a trial that
+    reused an earlier job's measurement says which (`reused_from`: [job, trial])."""
     import gzip
     from porter.measure.backends.replay import recording
     from porter.spec.snapshot import job_template
@@ -146,7 +147,9 @@ def record(job: int, out: Path = typer.Option(..., "-o", "--out"), db: Optional[
     data = json.dumps(recording(tpl.name, info.spec.arch, tpl.param_names, dev, trials))
     out.parent.mkdir(parents=True, exist_ok=True)
     (gzip.open(out, "wt") if out.suffix == ".gz" else open(out, "w")).write(data)
-    console.print(f"{out}: {len(trials)} trials")
+    reused = sum(t.reused_from is not None for t in trials)
+    console.print(f"{out}: {len(trials)} trials" + (
+        f", {reused} reused from earlier jobs' measurements" if reused else ""))
 
 
 @app.command("import-kt")

@@ -175,3 +175,38 @@ def test_export_from_the_cli_goes_through_the_api(env, tmp_path):
         r = porter(*args, "-o", str(tmp_path / "x"), **env)
         lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
         assert r.returncode == 2 and len(lines) == 1 and needle in lines[0], r.stderr
+
+
+def test_record_says_where_a_reused_trial_came_from(env, tmp_path):
+    """`porter record` of a job that reused an earlier job's measurements: each reused entry
+    carries reused_from [job, trial] of the trial that measured it; a trial measured by the job
+    itself has none; the recording still replays."""
+    import gzip
+    import json
+    from porter.measure.backends.replay import ReplayBackend
+    from porter.store.base import open_store
+    replay = ROOT / "tests" / "data" / "replay" / "gemm_mma_h200.json.gz"
+    port = ["port", "gemm_mma", "--arch", "sm_90a", "--backend", "replay", "--replay",
+            str(replay), "--sizes", "4096x4096x4096"]
+    for trials in ("12", "20"):          # job 2: the 12 of job 1 reused, 8 measured
+        r = porter(*port, "--trials", trials, **env)
+        assert r.returncode == 0, r.stderr
+    out = {}
+    for job in (1, 2):
+        out[job] = tmp_path / f"job{job}.json.gz"
+        r = porter("record", str(job), "-o", str(out[job]), **env)
+        assert r.returncode == 0, r.stderr
+    assert "12 reused from earlier jobs' measurements" in r.stdout
+    store = open_store(f"sqlite:///{env['db']}")
+    first = {t.config_key: t.number for t in store.trials(1) if t.status != "infeasible"}
+    first_rec = json.load(gzip.open(out[1], "rt"))["trials"]
+    assert len(first_rec) == 12 and not [e for e in first_rec.values() if "reused_from" in e]
+    entries = json.load(gzip.open(out[2], "rt"))["trials"]
+    assert len(entries) == 20
+    reused = {k: e["reused_from"] for k, e in entries.items() if "reused_from" in e}
+    assert reused == {k: [1, n] for k, n in first.items()}
+    fresh = set(entries) - set(reused)             # measured by job 2 itself
+    assert len(fresh) == 8 and not fresh & set(first)
+    for k in reused:                               # the original's figures
+        assert entries[k]["measurements"] == first_rec[k]["measurements"]
+    assert ReplayBackend(out[2]).entries.keys() == entries.keys()

@@ -210,3 +210,108 @@ def test_a_refused_driver_connection_is_transient_and_a_bad_query_is_not():
     assert is_transient(psycopg.OperationalError("connection failed: not accepting connections"))
     assert not is_transient(psycopg.errors.UniqueViolation("duplicate key"))
     assert not is_transient(ValueError("connection failed"))
+
+
+class CountingPool:
+    """Mixin for a compile pool that counts what it is given and whether it was closed."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.submitted, self.closed = 0, False
+
+    def submit(self, *args, **kw):
+        self.submitted += 1
+        return super().submit(*args, **kw)
+
+    def close(self):
+        self.closed = True
+        return super().close()
+
+
+def counting_pool(workers=2, ahead=None):
+    from porter.job.hooks import PoolCompiles
+    return type("CountingPoolCompiles", (CountingPool, PoolCompiles), {})(workers, ahead)
+
+
+def _no_pool_of_its_own(monkeypatch):
+    import porter.job.loop as loop
+
+    def refuse(needs_compile, workers):
+        if needs_compile:
+            raise AssertionError("the engine made a compile pool of its own")
+        return original(needs_compile, workers)
+    original = loop.compiles_for
+    monkeypatch.setattr(loop, "compiles_for", refuse)
+
+
+def test_a_lent_compile_pool_serves_jobs_and_stays_open(store, monkeypatch):
+    """Engine(..., compiles=pool): every compile of two jobs goes to the caller's pool, which
+    the engine neither replaces nor closes; a backend that compiles nothing leaves it idle."""
+    _no_pool_of_its_own(monkeypatch)
+    pool = counting_pool()
+    try:
+        for _ in range(2):
+            spec, tpl, arch = make_spec(str(PLANTED), "sm_90a", trials=8,
+                                        backend="compile-only")
+            job = new_job(store, spec, tpl)
+            summary = Engine(store, tpl, arch, CompileOnlyBackend(), compiles=pool).run(job, spec)
+            assert summary.status == "done", summary.message
+            assert [t.status for t in store.trials(job)] == ["compiled"] * 8
+            assert not pool.closed and pool.pending() == 0
+        assert pool.submitted == 16
+        rec = REPLAY / "gemm_mma_h200.json.gz"
+        spec, tpl, arch = make_spec("gemm_mma", "sm_90a", ["4096x4096x4096"], trials=4,
+                                    backend="replay", replay=str(rec))
+        job = new_job(store, spec, tpl)
+        assert Engine(store, tpl, arch, ReplayBackend(rec), compiles=pool).run(
+            job, spec).status == "done"
+        assert pool.submitted == 16 and not pool.closed
+    finally:
+        pool.close()
+
+
+def test_without_a_lent_pool_the_run_closes_the_one_it_made(store, monkeypatch):
+    import porter.job.loop as loop
+    made = []
+    monkeypatch.setattr(loop, "compiles_for",
+                        lambda needs, n: made.append(counting_pool(n)) or made[-1])
+    spec, tpl, arch = make_spec(str(PLANTED), "sm_90a", trials=4, backend="compile-only")
+    job = new_job(store, spec, tpl)
+    assert Engine(store, tpl, arch, CompileOnlyBackend(), workers=2).run(job, spec).status \
+        == "done"
+    assert len(made) == 1 and made[0].submitted == 4 and made[0].closed
+
+
+class BrokenAfter(CompileOnlyBackend):
+    """Compile-only, until its `n`-th evaluation raises (a backend bug mid-job)."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def measure(self, *args, **kw):
+        self.n -= 1
+        if self.n <= 0:
+            raise RuntimeError("planted backend bug")
+        return super().measure(*args, **kw)
+
+
+def test_an_abandoned_run_leaves_nothing_pending_in_a_lent_pool(store, monkeypatch):
+    """A job that fails with compiles in flight drops them from the lent pool (drop_pending):
+    the next job on the same pool sees only its own trials."""
+    _no_pool_of_its_own(monkeypatch)
+    pool = counting_pool(workers=2, ahead=6)
+    try:
+        spec, tpl, arch = make_spec(str(PLANTED), "sm_90a", trials=8, backend="compile-only")
+        job = new_job(store, spec, tpl)
+        summary = Engine(store, tpl, arch, BrokenAfter(2), compiles=pool).run(job, spec)
+        assert summary.status == "failed" and "planted backend bug" in summary.message
+        assert pool.submitted > 2, "compiles were in flight when it failed"
+        assert pool.pending() == 0 and not pool.closed
+        job2 = new_job(store, spec, tpl)
+        summary = Engine(store, tpl, arch, CompileOnlyBackend(), compiles=pool).run(job2, spec)
+        assert summary.status == "done", summary.message
+        trials = store.trials(job2)
+        assert sorted(t.number for t in trials) == list(range(8))
+        assert len({t.config_key for t in trials}) == 8
+    finally:
+        pool.close()

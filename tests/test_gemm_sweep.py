@@ -265,3 +265,44 @@ def test_warm_from_reads_another_gpus_sweep(tmp_path):
     (t,) = gs.other_gpu_sources(f)
     assert t.other_gpu and t.size == (3000, 5000, 1000) and t.source == "sweep.json"
     assert t.configs == ({"BM": 128}, {"BM": 64})
+
+
+def test_sweep_jobs_compile_in_the_shared_pool_lent_to_the_engine(tmp_path, monkeypatch):
+    """shared_compiles patches nothing of porter's: SweepPorter lends its pool to each shape's
+    Engine (`compiles`), every job compiles there, and the pool outlives the jobs until the
+    sweep closes it."""
+    import porter.job.loop as loop
+    from _sweep_port import SharedPool, SweepPorter, shared_compiles
+    from porter.measure.backends.base import CompileOnlyBackend
+    from porter.store.base import open_store
+
+    class Device(CompileOnlyBackend):          # stands in for the GPU: compiles, no device
+        sms = 132
+
+        def device_info(self):
+            return {"gpu": "none (compile-only)", "sms": self.sms}
+
+    submitted = []
+
+    class Counting(SharedPool):
+        def submit(self, token, *args):
+            submitted.append(token)
+            return super().submit(token, *args)
+
+    original = loop.compiles_for
+    monkeypatch.setenv("PORTER_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr("_sweep_port.SharedPool", Counting)
+    with shared_compiles(workers=2, ahead=3) as pool:
+        assert loop.compiles_for is original
+        monkeypatch.setattr(loop, "compiles_for", lambda *a: pytest.fail("a pool per job"))
+        sweep = SweepPorter(open_store(f"sqlite:///{tmp_path / 's.db'}"), trials=2,
+                            min_trials=2, patience=10, backends=(Device(), Device()),
+                            compiles=pool)
+        for shape in ((1024, 1024, 1024), (2048, 1024, 512)):
+            found = sweep.port(shape, [])
+            assert found["trials"] == 2 and found["stopped"] == "done", found
+            assert found["counts"].get("compiled") == 2
+            assert pool.pending() == 0
+        assert len([t for t in submitted if t is not None]) == 4
+    with pytest.raises(RuntimeError):               # shut down with the sweep
+        pool.submit(None, sweep.tpl, sweep.tpl.start_configs()[0], sweep.arch)

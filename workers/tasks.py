@@ -4,7 +4,8 @@ drive_job(job_id) runs on a measuring worker (queue gpu.<arch>): it joins the jo
 porter's one job loop (porter.job.loop.run_job) with the service's hooks (workers/driver.py:
 the ask lock, heartbeats, trial liveness). prefetch_compiles(job_id) runs on compile workers and
 fills the shared compile cache (PORTER_CACHE_DIR) with the job's feasible variants, so the
-drivers' compiles are cache hits.
+drivers' compiles are cache hits; variants the measurement cache serves the drivers (measured
+by another job under the job's identity) need no compile and are left out.
 
 Idempotence: trial numbers come from the shared study and the store records a (job, number) once,
 so a redelivered driver never records a trial twice. A message delivered more than
@@ -21,6 +22,7 @@ from .app import app
 
 log = logging.getLogger("porter.worker")
 MAX_DELIVERIES = 3
+PREFETCH_BATCH = 8        # variants compiled between looks at the job (status, cache)
 FINISHED = ("done", "failed", "cancelled", "interrupted")
 _redis = None
 
@@ -128,10 +130,8 @@ def job_parts(store, info):
 @app.task(name="workers.tasks.prefetch_compiles", acks_late=True)
 def prefetch_compiles(job_id) -> int:
     """Compiles the job's feasible variants in random order into the shared cache until the job
-    ends (nothing to do for backends that do not compile)."""
-    from porter.build.check import search_space
-    from porter.build.compile import compile_variant
-    from porter.measure.backends.base import CompileOnlyBackend
+    ends, leaving out those the measurement cache will serve its drivers (cache_served);
+    returns how many it compiled (nothing to do for backends that do not compile)."""
     from porter.spec.snapshot import job_parts as stored_parts
     from porter.store.base import open_store
 
@@ -147,17 +147,56 @@ def prefetch_compiles(job_id) -> int:
     spec = info.spec
     if spec.backend == "replay":
         return 0
+    done, skipped = compile_ahead(store, job_id, tpl, arch, spec)
+    log.info("job %s: prefetched %d variants; %d left to the measurement cache", job_id, done,
+             skipped)
+    return done
+
+
+def compile_ahead(store, job_id: int, tpl, arch, spec) -> tuple[int, int]:
+    """The prefetch proper: compiles the job's variants (prefetch_order) a batch at a time,
+    each batch without those the measurement cache serves, until the job ends; returns (how
+    many it compiled, how many it left to the cache)."""
+    from porter.build.compile import compile_variant
+    configs = prefetch_order(tpl, arch, spec, job_id)
+    done = skipped = 0
+    for i in range(0, len(configs), PREFETCH_BATCH):
+        if store.get_job(job_id).status in FINISHED:
+            break
+        batch = configs[i:i + PREFETCH_BATCH]
+        served = cache_served(store, job_id, spec, [tpl.config_key(c) for c in batch])
+        for c in batch:
+            if tpl.config_key(c) in served:
+                skipped += 1
+                continue
+            compile_variant(tpl, c, arch)
+            done += 1
+    return done, skipped
+
+
+def prefetch_order(tpl, arch, spec, job_id: int) -> list[dict]:
+    """The job's statically feasible configurations in the prefetch's random order."""
+    from porter.build.check import search_space
+    from porter.measure.backends.base import CompileOnlyBackend
     # the GPU backend compiles the same variants as compile-only and refuses none; its GPU
     # probe would start processes from this pool worker, which a daemonic process may not
-    backend = CompileOnlyBackend()
-    space = search_space(tpl, arch, list(spec.sizes), backend.allows)
+    space = search_space(tpl, arch, list(spec.sizes), CompileOnlyBackend().allows)
     configs = [c for c in (dict(zip(space.names, k)) for k in space.candidates())
                if space.is_feasible(c)]
     random.Random(spec.seed + job_id).shuffle(configs)
-    done = 0
-    for i, c in enumerate(configs):
-        if i % 8 == 0 and store.get_job(job_id).status in FINISHED:
-            break
-        compile_variant(tpl, c, arch)
-        done += 1
-    return done
+    return configs
+
+
+def cache_served(store, job_id: int, spec, config_keys: list[str]) -> set[str]:
+    """Those of `config_keys` that the job's drivers will take from the measurement cache
+    (recorded as reused, never compiled): measured by another job under every identity the
+    job's trials carry. The identity names the GPU the drivers measure on, so it is known only
+    once one of them has recorded a trial (a job with cached configurations records those
+    first); until then, and for a job that asked for fresh measurements, none."""
+    if spec.fresh:
+        return set()
+    served = None
+    for key in store.measure_keys(job_id):
+        found = store.cached_config_keys(key, config_keys, exclude_job=job_id)
+        served = found if served is None else served & found
+    return served or set()

@@ -1,8 +1,9 @@
 """What differs between the ways a job is run, as small objects the one job loop
 (porter.job.loop.run_job) is given: where variants compile (`InlineCompiles` in this process,
-`PoolCompiles` in a process pool running ahead of the GPU) and how a run coordinates with others
-(`JobHooks`: the embedded defaults; the service's drivers subclass it in workers/). Also the
-retry of transient database errors, which both ways share."""
+`PoolCompiles` in a process pool running ahead of the GPU, made per run or lent by the caller
+for many runs) and how a run coordinates with others (`JobHooks`: the embedded defaults; the
+service's drivers subclass it in workers/). Also the retry of transient database errors, which
+both ways share."""
 from __future__ import annotations
 
 import logging
@@ -44,8 +45,12 @@ class InlineCompiles:
         token, tpl, config, arch = self._queue.popleft()
         return [(token, compile_safely(tpl, config, arch) if self.needs_compile else None)]
 
-    def close(self) -> None:
+    def drop_pending(self) -> None:
+        """Forgets the variants submitted and not yet collected."""
         self._queue.clear()
+
+    def close(self) -> None:
+        self.drop_pending()
 
 
 def _lower_priority():
@@ -56,11 +61,15 @@ def _lower_priority():
 
 
 class PoolCompiles:
-    """Variants compile in a pool of processes (spawned, niced), up to 2 per process ahead of
-    the one being measured."""
+    """Variants compile in a pool of processes (spawned, niced), `ahead` of the one being
+    measured (2 per process unless told).
 
-    def __init__(self, workers: int):
-        self.ahead = workers * 2
+    A run that makes its pool closes it when it ends; a pool lent to runs (run_job's and
+    Engine's `compiles`) outlives them: each run leaves it with nothing pending
+    (drop_pending), and its owner closes it."""
+
+    def __init__(self, workers: int, ahead: int | None = None):
+        self.ahead = ahead or workers * 2
         self._pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"),
                                          initializer=_lower_priority)
         self._futures: dict[Future, Any] = {}
@@ -82,9 +91,20 @@ class PoolCompiles:
                 out.append((token, CompileResult(ok=False, key="", log=f"compiler died: {e}")))
         return out
 
+    def drop_pending(self) -> None:
+        """Forgets the variants submitted and not yet collected (their trials were abandoned):
+        those not started are cancelled; those compiling finish into the compile cache. The
+        pool stays open for the next run."""
+        for fut in self._futures:
+            fut.cancel()
+        self._futures.clear()
+
     def close(self) -> None:
         self._pool.shutdown(cancel_futures=True)
         self._futures.clear()
+
+
+Compiles = InlineCompiles | PoolCompiles
 
 
 def compiles_for(needs_compile: bool, workers: int | None) -> InlineCompiles | PoolCompiles:

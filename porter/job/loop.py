@@ -32,7 +32,7 @@ from typing import Callable
 from porter.build.check import search_space, static_check
 from porter.build.compile import CompileResult, nvrtc_version
 from porter.job.cache import measure_key, reuse_limit, reused_record
-from porter.job.hooks import JobHooks, compiles_for, fail_trials, retrying
+from porter.job.hooks import Compiles, JobHooks, compiles_for, fail_trials, retrying
 from porter.job.trial import (evaluate, first_error, objective, run_trial,  # noqa: F401
                               trial_record)
 from porter.measure.backends.base import Backend, Outcome
@@ -75,17 +75,22 @@ class JobSummary:
 
 def run_job(store: Store, job_id: int, spec: JobSpec, tpl: Template, arch: Arch,
             backend: Backend, *, hooks: JobHooks | None = None, compile_workers: int | None = None,
-            warm_start=(), prior=(), worker: str = "embedded",
+            compiles: Compiles | None = None, warm_start=(), prior=(), worker: str = "embedded",
             on_trial: Callable[[TrialRecord, TrialRecord | None], None] | None = None
             ) -> JobSummary:
     """Runs (or joins, or resumes) job `job_id` to its end and returns what happened.
 
     compile_workers: compile processes running ahead of the measurement (None or 0: compile in
-    this process, through the compile cache). warm_start: configurations proposed first; prior:
-    (configuration, objective) pairs measured elsewhere that the search learns from. Ctrl-C
-    marks the job `interrupted` and goes up as KeyboardInterrupt."""
+    this process, through the compile cache), in a pool made for this run and closed at its
+    end. compiles: a pool the caller lends instead (e.g. one PoolCompiles for many jobs), used
+    where the backend compiles and left open, with nothing of this run pending in it.
+    warm_start: configurations proposed first; prior: (configuration, objective) pairs measured
+    elsewhere that the search learns from. Ctrl-C marks the job `interrupted` and goes up as
+    KeyboardInterrupt."""
     run = _Run(store, job_id, spec, tpl, arch, backend, hooks or JobHooks(), worker, on_trial)
-    compiles = compiles_for(backend.needs_compile, compile_workers)
+    lent = compiles is not None and backend.needs_compile
+    if not lent:
+        compiles = compiles_for(backend.needs_compile, compile_workers)
     status, message = "failed", ""
     try:
         status = run.loop(compiles, [*warm_start, *tpl.start_configs()], prior)
@@ -99,7 +104,7 @@ def run_job(store: Store, job_id: int, spec: JobSpec, tpl: Template, arch: Arch,
         run.abandon()
         message = f"{run.stage}: {_one_line(e)}; resume with --resume {job_id}"
     finally:
-        compiles.close()
+        release_compiles(compiles, lent)
         run.hooks.stop()
     s = run.summary
     s.best = run.best
@@ -109,6 +114,16 @@ def run_job(store: Store, job_id: int, spec: JobSpec, tpl: Template, arch: Arch,
     if status:
         finish_job(store, job_id, status, s.message, run.hooks.db_retry_s)
     return s
+
+
+def release_compiles(compiles: Compiles, lent: bool) -> None:
+    """The end of a run's use of its compiles: a lent pool drops what this run left pending
+    (only an abandoned run leaves any: a run that ends normally collects every trial in
+    flight) and stays open for its owner; one made for the run is closed."""
+    if lent:
+        compiles.drop_pending()
+    else:
+        compiles.close()
 
 
 def finish_job(store: Store, job_id: int, status: str, message: str,
@@ -124,23 +139,28 @@ def finish_job(store: Store, job_id: int, status: str, message: str,
 
 
 class Engine:
-    """`porter port`'s way of running a job: compiles in a process pool ahead of the GPU."""
+    """`porter port`'s way of running a job: compiles in a process pool ahead of the GPU, one
+    made per run (`workers` processes) or the caller's (`compiles`, e.g. one PoolCompiles kept
+    over many jobs; the engine never closes it)."""
 
     def __init__(self, store: Store, template: Template, arch: Arch, backend: Backend,
                  workers: int | None = None,
                  on_trial: Callable[[TrialRecord, TrialRecord | None], None] | None = None,
-                 worker_name: str = "embedded", hooks: JobHooks | None = None):
+                 worker_name: str = "embedded", hooks: JobHooks | None = None,
+                 compiles: Compiles | None = None):
         import os
         self.store, self.template, self.arch, self.backend = store, template, arch, backend
         # leave two cores to the measuring child and this process: a starved launch loop
         # shows up as idle GPU time
         self.workers = workers or max(1, (os.cpu_count() or 2) - 2)
         self.on_trial, self.worker_name, self.hooks = on_trial, worker_name, hooks
+        self.compiles = compiles
 
     def run(self, job_id: int, spec: JobSpec, warm_start=(), prior=()) -> JobSummary:
         return run_job(self.store, job_id, spec, self.template, self.arch, self.backend,
-                       hooks=self.hooks, compile_workers=self.workers, warm_start=warm_start,
-                       prior=prior, worker=self.worker_name, on_trial=self.on_trial)
+                       hooks=self.hooks, compile_workers=self.workers, compiles=self.compiles,
+                       warm_start=warm_start, prior=prior, worker=self.worker_name,
+                       on_trial=self.on_trial)
 
 
 class _Run:

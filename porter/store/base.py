@@ -99,6 +99,18 @@ class Store(ABC):
         first (failures last), at most `limit` (stores without a cache: none)."""
         return []
 
+    def cached_config_keys(self, measure_key: str, config_keys,
+                           exclude_job: int | None = None) -> set[str]:
+        """The configuration keys, of those given, that cached_trial would answer for this
+        identity, asked as one batch (stores without a cache: none)."""
+        return set()
+
+    def measure_keys(self, job_id: int) -> set[str]:
+        """The measurement identities (porter.job.cache.measure_key) the job's recorded trials
+        carry: those its parties measure under, known once one has recorded a trial (stores
+        without a cache: none)."""
+        return set()
+
     def cancel_requested(self, job_id: int) -> bool:
         """Whether someone asked the job to stop (stores without cancellation: never)."""
         return False

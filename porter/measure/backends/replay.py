@@ -97,7 +97,9 @@ class ReplayBackend(Backend):
 
 
 def recording(template_name: str, arch: str, param_names, device: dict, trials) -> dict:
-    """Builds a porter recording from TrialRecords (what `porter record` writes)."""
+    """Builds a porter recording from TrialRecords (what `porter record` writes). An entry of
+    a trial that reused another job's measurement (porter.job.cache) says which:
+    `reused_from: [job, trial number]` of the trial that measured it; replay ignores it."""
     out = {}
     for t in trials:
         if t.status in ("infeasible",):
@@ -110,5 +112,7 @@ def recording(template_name: str, arch: str, param_names, device: dict, trials) 
                 for m in t.measurements],
             "device": t.device,
         }
+        if t.reused_from is not None:
+            out[t.config_key]["reused_from"] = [int(x) for x in t.reused_from]
     return {"format": RECORDING_FORMAT, "template": template_name, "arch": arch,
             "param_names": list(param_names), "device": device, "trials": out}
