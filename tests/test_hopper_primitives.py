@@ -132,6 +132,11 @@ USES = {
             R::add(slots + 128 * 16 + threadIdx.x % 128, acc);
             out[threadIdx.x] = acc[0][5];
           }
+          // the whole fix-up: split-K in 2 parts, slots of 128 * 16 float4s
+          const hopper::Work w{1, 32, 64};
+          const auto at = [&](int s) { return slots + (size_t)s * (128 * 16) + threadIdx.x % 128; };
+          if (R::fix_up<hopper::TileScheduler<1, 1, 2, 0>>(ctr, at, 2, w, 4, 64, acc, smem))
+            out[threadIdx.x] += acc[0][7];
         }""",
     "hopper.cuh": """
         out[0] = hopper::Pipeline<4>::barrier_bytes() + hopper::warpgroup::index();""",

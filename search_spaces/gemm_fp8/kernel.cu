@@ -265,24 +265,16 @@ gemm_fp8(const uint8_t* __restrict__ A, const uint8_t* __restrict__ B, bf16_t* _
 #if STREAMK
       const int parts = Sched::parts(w, ntiles, kt_n);
       if (parts > 1) {
-        // a tile in parts (tile_reduce.cuh): all but the part that counts in last store theirs
+        // a tile in parts (tile_reduce.cuh's fix_up): all but the part that counts in last
+        // store theirs and go on to their next item
         using Reduce = TileReduce<MT, BN / 2, 128, 8, 128 * CONSUMERS>;
         uint32_t* counter = Reduce::counter(workspace, tm * tiles_n + tn);
         float4* slots = Reduce::slots(workspace, (size_t)tiles_m * CLUSTER * tiles_n);
         const size_t lane_off = (size_t)c * (MT * (BN / 8) * 128) + tid;   // float4 units
-        const auto slot = [&](int q) {
-          return slots + (size_t)(Sched::slot(w, q, ntiles, kt_n) * CLUSTER + crank) * (BM * BN / 4) +
-                 lane_off;
+        const auto at = [&](int s) {   // this thread's first float4 in slot s
+          return slots + (size_t)(s * CLUSTER + crank) * (BM * BN / 4) + lane_off;
         };
-        if (!Reduce::count_in(counter, parts, flag)) {
-          Reduce::store(slot(Sched::me(w, kt_n)), acc, counter);
-          continue;
-        }
-        Reduce::wait_stored(counter, parts);
-        const int me = Sched::me(w, kt_n);
-        const int first = Sched::first(w, ntiles, kt_n);
-        for (int q = first; q < first + parts; ++q)
-          if (q != me) Reduce::add(slot(q), acc);
+        if (!Reduce::fix_up<Sched>(counter, at, parts, w, ntiles, kt_n, acc, flag)) continue;
       }
 #endif
 

@@ -12,9 +12,12 @@
 //   kMT x kRegs: the accumulators of one thread (kMT m64 tiles of kRegs floats)
 //   kLeader: the thread (threadIdx.x) that talks to the counter; kBar / kThreads: a named
 //   barrier over every consumer thread of the CTA
+// A kernel calls fix_up after the k-loop of an item whose tile has parts > 1; the steps it is
+// made of (count_in, store, wait_stored, add) stay public for kernels that reduce otherwise.
 #pragma once
 #include "porter.cuh"
 #include "hopper/sync.cuh"
+#include "hopper/tile_scheduler.cuh"
 
 namespace hopper {
 
@@ -80,6 +83,30 @@ struct TileReduce {
         acc[mt][4 * j + 2] += v.z;
         acc[mt][4 * j + 3] += v.w;
       }
+  }
+
+  // The fix-up of one part of a tile (parts > 1), after its k-loop: true where this part
+  // counted in last and acc now holds the whole tile (on to the epilogue), false where it
+  // stored acc in its slot (done with the tile). Sched: w's TileScheduler, whose first / me /
+  // slot say which parts the tile has and which slot each fills; at(s): this thread's first
+  // float4 in slot s (the kernel's layout: cluster rank, consumer warpgroup). me and first are
+  // asked for where they are used rather than passed in: as arguments NVVM computed me once
+  // before count_in and kept it across the barrier, and every split cubin changed.
+  template <class Sched, class At>
+  static __device__ __forceinline__ bool fix_up(uint32_t* ctr, const At& at, int parts,
+                                                const Work& w, int ntiles, int kt_n,
+                                                float (*acc)[kRegs], uint32_t flag) {
+    const auto slot = [&](int q) { return at(Sched::slot(w, q, ntiles, kt_n)); };
+    if (!count_in(ctr, parts, flag)) {
+      store(slot(Sched::me(w, kt_n)), acc, ctr);
+      return false;
+    }
+    wait_stored(ctr, parts);
+    const int me = Sched::me(w, kt_n);
+    const int first = Sched::first(w, ntiles, kt_n);
+    for (int q = first; q < first + parts; ++q)
+      if (q != me) add(slot(q), acc);
+    return true;
   }
 };
 
