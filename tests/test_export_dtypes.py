@@ -5,6 +5,8 @@ gemm_fp8 takes A and B as e4m3 bytes and C as bf16: its cu export encodes A and 
 type and hands the driver the same arguments as porter's measuring op (gemm_fp8's own
 tensor_map); the manifest says each map's type. The dtype -> CUtensorMapDataType table, a spec
 written before maps carried a type (bf16), and an unknown type refused in one line at export.
+A declared [op]'s maps carry its declared dtype, and the measuring child encodes them with that
+element size too.
 """
 from __future__ import annotations
 
@@ -14,17 +16,19 @@ import re
 import shutil
 import subprocess
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from porter.errors import PorterError
+from porter.errors import PorterError, TemplateError
 from porter.export.export import export
 from porter.export.runtime_py import TMA_DTYPES, tiled_args, tma_dtype
 from porter.store.base import open_store
 from test_export import _load_module
 from test_gemm_fp8 import _Arr, _FakeDriver
 
+ROOT = Path(__file__).resolve().parents[1]
 SIZE = "4096x4096x4096x1x2"          # per-tensor scales, promoted accumulation
 
 
@@ -273,3 +277,60 @@ def test_unknown_buffer_type_is_refused_at_export_in_one_line(fp8_job, tmp_path,
             export(store, job_id, fmt, tmp_path / fmt)
         assert "\n" not in str(e.value)
         assert not (tmp_path / fmt).exists()          # refused before anything is written
+
+
+# ---- a declared op: measured and exported with the declared dtype ---------------------------
+class _Strided(_Arr):
+    def __init__(self, shape, dtype, ptr):
+        super().__init__(shape, dtype, ptr)
+        self.strides = tuple(int(np.prod(shape[i + 1:])) * self.dtype.itemsize
+                             for i in range(len(shape)))
+
+
+def _declared_with_maps(tmp_path):
+    """examples/softmax (float32 x, y) with a tensor map over x and one over y."""
+    from porter.spec.template import load_template
+    d = tmp_path / "softmax_tma"
+    shutil.copytree(ROOT / "examples" / "softmax", d)
+    (d / "space.toml").write_text((d / "space.toml").read_text() + '''
+[[tensor_maps]]
+buffer = "x"
+box = ["32 * VEC", 8]
+swizzle = 128
+
+[[tensor_maps]]
+buffer = "y"
+box = [32, 8]
+swizzle = 0
+''')
+    return load_template(d)
+
+
+def test_declared_op_maps_carry_the_declared_dtype(tmp_path):
+    from porter.export.opargs import map_dtypes
+    tpl = _declared_with_maps(tmp_path)
+    assert map_dtypes(tpl) == [("float32", "FLOAT32", 7, 4)] * 2
+
+
+def test_declared_op_measures_with_the_buffers_element_size(monkeypatch):
+    """The measuring child asks the declared op for each map: a float32 buffer is encoded with
+    4-byte elements (it was encoded as a bf16 matrix), a bf16 one exactly as before."""
+    from porter.measure import tma
+    from porter.measure.ops.declared import DeclaredOp
+    drv = _FakeDriver()
+    drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32 = "f32"
+    drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE = "NONE"
+    monkeypatch.setattr(tma, "_driver", lambda: drv)
+    op = object.__new__(DeclaredOp)              # tensor_map reads nothing but the state
+    rows, cols = 1000, 4096
+    state = {"arrays": {"x": _Strided((rows, cols), np.float32, 0x7f0000000000),
+                        "h": _Strided((rows, cols), np.uint16, 0x7f0000100000)}}
+    assert len(op.tensor_map(state, "x", (32, 8), 128)) == 128
+    assert op.tensor_map(state, "x", (0, 8), 128) == bytes(128)          # unused map
+    op.tensor_map(state, "h", (64, 8), 128)
+    tma.encode_tiled_2d(0x7f0000100000, rows, cols, cols * 2, 64, 8, 128)   # the old path
+    x, h, old = drv.calls
+    assert x[:6] == ("f32", 2, 0x7f0000000000, [cols, rows], [cols * 4], [32, 8])
+    assert h == old and h[0] == "bf16" and h[4] == [cols * 2]
+    with pytest.raises(TemplateError, match="over x .*swizzle span"):
+        op.tensor_map(state, "x", (64, 8), 128)          # 256 bytes: past the swizzle
