@@ -193,8 +193,8 @@ def test_compile_only_job_exports_the_first_compiled_config(tmp_path):
 
 def test_manifest_says_how_to_launch_a_tma_kernel(tmp_path):
     """gemm_wgmma takes TMA tensor maps after its plain arguments: the manifest lists each
-    map's buffer, box and swizzle per tuned size (a zero box: unused, 128 zero bytes), with the
-    grid, cluster and workspace."""
+    map's buffer, box, swizzle and element type per tuned size (a zero box: unused, 128 zero
+    bytes), with the grid, cluster and workspace."""
     from conftest import replay_job
     store = open_store(f"sqlite:///{tmp_path / 'w.db'}")
     job_id = replay_job(store, "gemm_wgmma", None, arch="sm_90a", trials=1,
@@ -204,11 +204,12 @@ def test_manifest_says_how_to_launch_a_tma_kernel(tmp_path):
     # the default configuration: 128x256 tiles, persistent on 132 SMs, C stored by TMA, no pieces
     assert launch["grid"] == [132, 1, 1] and launch["block"] == [384, 1, 1]
     assert launch["cluster"] == [1, 1, 1] and launch["workspace_bytes"] == 0
+    bf16 = {"swizzle": 128, "dtype": "bf16", "tma_data_type": "BFLOAT16", "elem_bytes": 2}
     assert launch["tensor_maps"] == [
-        {"buffer": "A", "box": [64, 128], "swizzle": 128},
-        {"buffer": "B", "box": [64, 256], "swizzle": 128},
-        {"buffer": "C", "box": [64, 64], "swizzle": 128},
-        {"buffer": "B", "box": [0, 0], "swizzle": 128}]
+        {"buffer": "A", "box": [64, 128], **bf16},
+        {"buffer": "B", "box": [64, 256], **bf16},
+        {"buffer": "C", "box": [64, 64], **bf16},
+        {"buffer": "B", "box": [0, 0], **bf16}]
 
 
 # ---- issue 17: exports that run outside porter ---------------------------------------------

@@ -70,6 +70,7 @@ def test_python_module_reads_the_size_and_plans_rank3_maps(module):
     assert plan["grid"][0] == min(2 * 4 * ((-(-1000 // rows) + 1) // 2), mod.KERNEL.spec[
         "limits"]["arch_sms"])
     assert [m[0] for m in plan["maps"]] == ["Q", "K", "V", "O"]
+    assert [m[3] for m in mod.SPEC["space"]["maps"]] == ["bf16"] * 4
     assert plan["maps"][0][1] == [64, rows, 1] and plan["maps"][1][1][:2] == [
         64, entry["params"]["BN"]]
     # the same untuned D is refused in one line: HD is compiled in

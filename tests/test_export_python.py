@@ -55,5 +55,6 @@ def test_python_module_carries_tensor_maps_and_clusters(tmp_path):
     assert plan["maps"] == [("A", [64, 128], 128), ("B", [64, 128], 128), ("C", [64, 64], 128),
                             ("B", [0, 0], 128)]
     assert [a for a, _ in mod.SPEC["args"]] == ["A", "B", "C", "M", "N", "K", "workspace"]
+    assert [m[3] for m in mod.SPEC["space"]["maps"]] == ["bf16"] * 4
     with pytest.raises(TypeError, match="takes 6 arguments"):
         mod.launch(1, 2, 3)

@@ -25,7 +25,7 @@ from porter.errors import PorterError
 from porter.export.fmt_cu import standalone_source
 from porter.export.fmt_python import python_module
 from porter.export.fmt_torch import torch_package
-from porter.export.opargs import BUILTIN_OPS, op_args
+from porter.export.opargs import BUILTIN_OPS, map_dtypes, op_args
 from porter.records import TrialRecord
 from porter.spec.arch import Arch, get_arch, resolve_arch
 from porter.spec.template import Template
@@ -85,12 +85,14 @@ def tuning_table(store: Store, job_id: int) -> tuple[Template, str, list[dict]]:
     return tpl, a.name, rows
 
 
-def _launch(tpl: Template, a: Arch, params: dict, size) -> dict | None:
+def _launch(tpl: Template, a: Arch, params: dict, size, dtypes=None) -> dict | None:
     """How to launch one tuned kernel at its size: geometry, workspace (the first
     workspace_clean_bytes zeroed before the first launch; the kernel leaves them so) and the TMA
     tensor maps it takes after its plain arguments, in order (a zero box: the configuration does
-    not use that map; pass 128 zero bytes). None where the stored configuration no longer fits
-    the template."""
+    not use that map; pass 128 zero bytes), each with its buffer's element type (`dtypes`:
+    map_dtypes), the CUtensorMapDataType that encodes it and its bytes. None where the stored
+    configuration no longer fits the template."""
+    dtypes = map_dtypes(tpl) if dtypes is None else dtypes
     try:
         size = tuple(size)
         env = tpl.env(params, a, size)
@@ -99,14 +101,16 @@ def _launch(tpl: Template, a: Arch, params: dict, size) -> dict | None:
              "cluster": list(L.cluster), "workspace_bytes": tpl.workspace_bytes(params, a, size),
              "workspace_clean_bytes": tpl.workspace_clean_bytes(params, a, size)}
         if tpl.tensor_maps:
-            d["tensor_maps"] = [{"buffer": buf, "box": list(box), "swizzle": sw}
-                                for buf, box, sw in tpl.map_boxes(env)]
+            d["tensor_maps"] = [{"buffer": buf, "box": list(box), "swizzle": sw,
+                                 "dtype": t[0], "tma_data_type": t[1], "elem_bytes": t[3]}
+                                for (buf, box, sw), t in zip(tpl.map_boxes(env), dtypes)]
         return d
     except PorterError:
         return None
 
 
 def _manifest(info: JobInfo, tpl: Template, a: Arch, fmt: str, rows: list[dict]) -> dict:
+    dtypes = map_dtypes(tpl)
     dev = next((r.get("device") for r in rows if r.get("device")), {}) or {}
     measured = any("ours_ms" in r for r in rows)
     return {"template": tpl.name, "template_version": tpl.version,
@@ -122,7 +126,7 @@ def _manifest(info: JobInfo, tpl: Template, a: Arch, fmt: str, rows: list[dict])
                          "compiled configuration",
             "date": datetime.datetime.now().isoformat(timespec="seconds"),
             "measurements": [{**{k: v for k, v in r.items() if k != "device"},
-                              "launch": _launch(tpl, a, r["params"], r["size"])}
+                              "launch": _launch(tpl, a, r["params"], r["size"], dtypes)}
                              for r in rows]}
 
 
@@ -144,6 +148,7 @@ def export(store: Store, job_id: int, fmt: str, out_dir: str | Path) -> list[Pat
     if fmt not in FORMATS:
         raise PorterError(f"unknown export format {fmt!r}; choose from {', '.join(FORMATS)}")
     info, tpl, a, rows = _table(store, job_id)
+    map_dtypes(tpl)             # a buffer type TMA cannot encode: refused before writing
     arch = a.name
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,7 @@ import re
 from porter.errors import PorterError
 from porter.export.cexpr import C_HELPERS, to_c
 from porter.export.fmt_cu_main import main_program
-from porter.export.opargs import OpArgs, op_args
+from porter.export.opargs import OpArgs, map_dtypes, op_args
 from porter.spec.arch import Arch, get_arch
 from porter.spec.template import INCLUDE_DIR, Template
 
@@ -207,28 +207,34 @@ extern "C" cudaError_t launch_{name}({", ".join(sig)}, cudaStream_t stream) {{
 
 def _tensor_map_code(tpl: Template, ops: OpArgs, c) -> str:
     """porter_make_maps(maps, <pointers and sizes>): each [[tensor_maps]] entry encoded over its
-    buffer (bf16, row-major, dimensions innermost first); a zero box leaves 128 zero bytes."""
+    buffer (row-major, dimensions innermost first) with the buffer's element type and strides in
+    its bytes (gemm_fp8's A and B: UINT8, 1 byte; bf16: BFLOAT16, 2); a zero box leaves 128 zero
+    bytes."""
     if not tpl.tensor_maps:
         return ""
     params = ", ".join(f"{'const void*' if x.kind == 'ptr' else 'int'} {x.name}"
                        for x in ops.args if x.kind in ("ptr", "int"))
     body = []
-    for i, tm in enumerate(tpl.tensor_maps):
+    for i, (tm, (dtype, type_name, type_value, size)) in enumerate(zip(tpl.tensor_maps,
+                                                                      map_dtypes(tpl))):
         if tm.buffer not in ops.buffers:
             raise PorterError(f"tensor map over {tm.buffer!r}: op {tpl.op!r} has no such buffer")
         rows, cols = (f"(long long){d}" if not d.isdigit() else f"{d}LL"
                       for d in ops.buffers[tm.buffer])
         box = [c(e) for e in tm.box] + ["1LL"] * (2 - len(tm.box))
+        unit = f"{size} byte{'s' if size > 1 else ''}"
         body.append(f"""  {{
     long long bx = {box[0]}, by = {box[1]};
     if (bx == 0 || by == 0) {{
       memset(&maps[{i}], 0, sizeof(CUtensorMap));
     }} else {{
+      // {tm.buffer}: {dtype}, {unit} an element
       unsigned long long dims[2] = {{(unsigned long long){cols}, (unsigned long long){rows}}};
-      unsigned long long strides[1] = {{(unsigned long long){cols} * 2ULL}};
+      unsigned long long strides[1] = {{(unsigned long long){cols} * {size}ULL}};
       unsigned box[2] = {{(unsigned)bx, (unsigned)by}}, elem[2] = {{1u, 1u}};
-      int r = encode(&maps[{i}], 9 /* BFLOAT16 */, 2, (void*){tm.buffer}, dims, strides, box,
-                     elem, 0 /* no interleave */, {_SWIZZLE[tm.swizzle]} /* swizzle {tm.swizzle} B */,
+      int r = encode(&maps[{i}], {type_value} /* {type_name} */, 2, (void*){tm.buffer}, dims,
+                     strides, box, elem, 0 /* no interleave */,
+                     {_SWIZZLE[tm.swizzle]} /* swizzle {tm.swizzle} B */,
                      3 /* L2 promotion 256 B */, 0 /* out-of-bounds: zeros */);
       if (r != 0) return cudaErrorInvalidValue;
     }}

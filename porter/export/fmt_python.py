@@ -8,7 +8,7 @@ import json
 import re
 from pathlib import Path
 
-from porter.export.opargs import op_args
+from porter.export.opargs import map_dtypes, op_args
 from porter.spec.arch import Arch, get_arch
 from porter.spec.template import Template
 
@@ -20,7 +20,8 @@ _KEEP = ("ours_ms", "baseline", "baseline_ms", "ratio", "tflops", "gbps", "trial
 
 def spec(tpl: Template, arch: str | Arch, rows: list[dict], files: dict[str, str]) -> dict:
     """What the module knows: kernel, argument kinds, buffer shapes, the architecture's limits,
-    the space's expressions and the table (per tuned size: configuration, cubin, figures)."""
+    the space's expressions (each tensor map as [buffer, box, swizzle, the buffer's element
+    type]) and the table (per tuned size: configuration, cubin, figures)."""
     ops = op_args(tpl)
     a = arch if isinstance(arch, Arch) else get_arch(arch)
     return {
@@ -35,8 +36,8 @@ def spec(tpl: Template, arch: str | Arch, rows: list[dict], files: dict[str, str
                   "grid": [e.text for e in tpl.grid], "block": [e.text for e in tpl.block],
                   "cluster": [e.text for e in tpl.cluster], "smem": tpl.smem.text,
                   "workspace": tpl.workspace.text,
-                  "maps": [[m.buffer, [e.text for e in m.box], m.swizzle]
-                           for m in tpl.tensor_maps]},
+                  "maps": [[m.buffer, [e.text for e in m.box], m.swizzle, t[0]]
+                           for m, t in zip(tpl.tensor_maps, map_dtypes(tpl))]},
         "table": [{"size": list(r["size"]), "params": r["params"],
                    "file": files[json.dumps(r["params"], sort_keys=True)],
                    **{k: r[k] for k in _KEEP if r.get(k) is not None}} for r in rows],

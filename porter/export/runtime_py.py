@@ -5,7 +5,10 @@ A TunedKernel holds the tuning table and the template's space (constraints, laun
 workspace and tensor-map boxes as expressions) and launches through the CUDA driver API
 (cuda-bindings): cubins loaded per context, TMA descriptors encoded with cuTensorMapEncodeTiled,
 thread-block clusters and large dynamic shared memory through cuLaunchKernelEx. Arguments may
-be torch tensors, CuPy arrays, anything with __cuda_array_interface__, or raw addresses."""
+be torch tensors, CuPy arrays, anything with __cuda_array_interface__, or raw addresses.
+Each tensor map is encoded with its buffer's element type (TMA_DTYPES: bf16 BFLOAT16, fp8 and
+other bytes UINT8, ...) and strides in that type's bytes; a spec written before maps carried
+their type (three entries a map) means bf16."""
 import ctypes
 import math
 import os
@@ -13,6 +16,51 @@ import warnings
 from collections import OrderedDict
 
 from porter.spec.expr import Expr  # porter-export: drop
+
+
+# a buffer's element type -> (CUtensorMapDataType, its value, bytes per element). TMA has no fp8
+# type: 1-byte elements travel as UINT8 (the copy does not convert, so only the size matters
+# there; the float types are named for what they are).
+TMA_DTYPES = {
+    "bf16": ("BFLOAT16", 9, 2), "float16": ("FLOAT16", 6, 2), "float32": ("FLOAT32", 7, 4),
+    "float64": ("FLOAT64", 8, 8), "e4m3": ("UINT8", 0, 1), "e5m2": ("UINT8", 0, 1),
+    "uint8": ("UINT8", 0, 1), "int8": ("UINT8", 0, 1), "uint16": ("UINT16", 1, 2),
+    "int16": ("UINT16", 1, 2), "uint32": ("UINT32", 2, 4), "int32": ("INT32", 3, 4),
+    "uint64": ("UINT64", 4, 8), "int64": ("INT64", 5, 8),
+}
+_DTYPE_ALIASES = {"bfloat16": "bf16", "fp16": "float16", "half": "float16", "fp32": "float32",
+                  "float": "float32", "fp64": "float64", "double": "float64",
+                  "fp8_e4m3": "e4m3", "float8_e4m3fn": "e4m3", "fp8_e5m2": "e5m2",
+                  "float8_e5m2": "e5m2"}
+_SWIZZLE_NAMES = {0: "NONE", 32: "32B", 64: "64B", 128: "128B"}
+
+
+def tma_dtype(dtype):
+    """(canonical dtype name, CUtensorMapDataType name, its value, bytes per element) of a
+    buffer's element type; ValueError (one line) for a type TMA_DTYPES does not know."""
+    name = _DTYPE_ALIASES.get(str(dtype).lower(), str(dtype).lower())
+    if name not in TMA_DTYPES:
+        raise ValueError(f"no TMA data type for element type {dtype!r}; known: "
+                         f"{', '.join(TMA_DTYPES)}")
+    return (name, *TMA_DTYPES[name])
+
+
+def tiled_args(ptr, dims, box, swizzle, dtype="bf16"):
+    """The arguments of cuTensorMapEncodeTiled, as plain values, for a tensor map over a dense
+    buffer of `dims` (outermost first: (rows, cols) for a matrix, attention's (B * heads, S, D))
+    of `dtype` elements: the data type's name and value, rank, address, dimensions innermost
+    first, the outer dimensions' strides in bytes, the box (1 for each dimension it leaves out),
+    element strides and the swizzle's name. Needs no driver (`_encode` passes them on)."""
+    _, type_name, type_value, size = tma_dtype(dtype)
+    inner = [int(d) for d in reversed(dims)]
+    strides, acc = [], size
+    for d in inner[:-1]:
+        acc *= d
+        strides.append(acc)
+    box = [int(b) for b in box] + [1] * (len(inner) - len(box))
+    return {"data_type": type_name, "data_type_value": type_value, "elem_bytes": size,
+            "rank": len(inner), "ptr": int(ptr), "dims": inner, "strides": strides, "box": box,
+            "elem_strides": [1] * len(inner), "swizzle": _SWIZZLE_NAMES[swizzle]}
 
 
 def _drv():
@@ -71,7 +119,9 @@ class TunedKernel:
         self.block = [Expr(t) for t in e["block"]]
         self.cluster = [Expr(t) for t in e["cluster"]]
         self.smem, self.workspace = Expr(e["smem"]), Expr(e["workspace"])
-        self.maps = [(b, [Expr(t) for t in box], sw) for b, box, sw in e["maps"]]
+        # [buffer, box, swizzle, element type]; a spec without the type (older exports): bf16
+        self.maps = [(m[0], [Expr(t) for t in m[1]], m[2]) for m in e["maps"]]
+        self.map_dtypes = [tma_dtype(m[3] if len(m) > 3 else "bf16")[0] for m in e["maps"]]
         self._choice, self._modules, self._ws, self._smem_set = {}, {}, {}, set()
         self._sms = {}
         self._prepared = OrderedDict()
@@ -192,24 +242,19 @@ class TunedKernel:
             have = self._ws[key] = (ptr, size)
         return int(have[0])
 
-    def _encode(self, ptr, dims, box, swizzle):
-        """A bf16 tensor map over a dense buffer of `dims` (outermost first: (rows, cols) for a
-        matrix, attention's (B * heads, S, D)); the box gets 1 for each dimension it leaves
-        out. Out-of-bounds elements read as zero, stores clip."""
+    def _encode(self, ptr, dims, box, swizzle, dtype="bf16"):
+        """A tensor map of `dtype` elements over a dense buffer of `dims` (outermost first: (rows,
+        cols) for a matrix, attention's (B * heads, S, D)); the box gets 1 for each dimension it
+        leaves out. Out-of-bounds elements read as zero, stores clip (`tiled_args`)."""
         drv = _drv()
         u64, u32 = drv.cuuint64_t, drv.cuuint32_t
-        sw = {0: "NONE", 32: "32B", 64: "64B", 128: "128B"}[swizzle]
-        inner = [int(d) for d in reversed(dims)]
-        strides, acc = [], 2
-        for d in inner[:-1]:
-            acc *= d
-            strides.append(acc)
-        box = list(box) + [1] * (len(inner) - len(box))
+        a = tiled_args(ptr, dims, box, swizzle, dtype)
         tmap = _cu(drv.cuTensorMapEncodeTiled(
-            drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, len(inner), ptr,
-            [u64(d) for d in inner], [u64(s) for s in strides], [u32(b) for b in box],
-            [u32(1)] * len(inner), drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-            getattr(drv.CUtensorMapSwizzle, f"CU_TENSOR_MAP_SWIZZLE_{sw}"),
+            getattr(drv.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{a['data_type']}"),
+            a["rank"], a["ptr"], [u64(d) for d in a["dims"]], [u64(s) for s in a["strides"]],
+            [u32(b) for b in a["box"]], [u32(e) for e in a["elem_strides"]],
+            drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+            getattr(drv.CUtensorMapSwizzle, f"CU_TENSOR_MAP_SWIZZLE_{a['swizzle']}"),
             drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
             drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
             "cuTensorMapEncodeTiled")
@@ -230,6 +275,9 @@ class TunedKernel:
                 out.append(int(Expr(self.spec["size_exprs"][d])(scalars)))
             else:
                 buf, axis = self.spec.get("size_axes", {}).get(d, (None, 0))
+                if buf is None:               # gemm_fp8's ACCUM: what the problem asks for
+                    raise TypeError(f"{self.name}.launch cannot tell {d} from its arguments (no "
+                                    f"argument gives it); pass size=({', '.join(self.dims)})")
                 shape = getattr(values.get(buf), "shape", None)
                 if shape is None:
                     raise TypeError(f"{self.name}.launch cannot tell {d} from its arguments "
@@ -281,12 +329,12 @@ class TunedKernel:
             else:
                 holders.append(ctypes.c_void_p(self.workspace_ptr(ctx, strm, g["workspace"])))
         env = dict(zip(self.dims, size))
-        for buf, box, sw in g["maps"]:
+        for (buf, box, sw), dtype in zip(g["maps"], self.map_dtypes):
             if not all(box):          # a zero extent: this configuration does not use the map
                 holders.append((ctypes.c_uint64 * 16)())
                 continue
             dims = [int(Expr(str(d))(env)) for d in self.spec["buffers"][buf]]
-            holders.append(self._encode(address(values[buf]), dims, box, sw))
+            holders.append(self._encode(address(values[buf]), dims, box, sw, dtype))
         cfg = drv.CUlaunchConfig()
         cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = g["grid"]
         cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = g["block"]

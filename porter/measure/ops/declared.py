@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 
+from porter.errors import TemplateError
 from porter.measure.ops._bf16 import from_bf16, rel_error, to_bf16
 from porter.measure.ops.base import Op
 from porter.measure.ops.resolve import resolve
@@ -217,3 +218,20 @@ class DeclaredOp(Op):
     def buffer(self, state, name):
         arr = state["arrays"][name]
         return arr.data.ptr, arr.shape[0], arr.shape[1], arr.strides[0]
+
+    def tensor_map(self, state, name, box, swizzle: int = 128) -> bytes:
+        """The CUtensorMap over a declared buffer with its own element size (the measuring
+        child calls this for every [[tensor_maps]] entry; `buffer`'s description was encoded as
+        bf16 whatever the dtype): dimensions innermost first, strides from the array, the
+        exports' `dtype` of the map. A box with a zero extent: 128 zero bytes (unused)."""
+        if not all(box):
+            return bytes(128)
+        from porter.measure import tma
+        arr = state["arrays"][name]
+        dims = [int(d) for d in reversed(arr.shape)]
+        strides = [int(s) for s in reversed(arr.strides)][1:]
+        try:
+            return tma.encode_tiled(arr.data.ptr, dims, strides, [int(b) for b in box], swizzle,
+                                    elem_bytes=arr.dtype.itemsize)
+        except (ValueError, tma.TmaError) as e:
+            raise TemplateError(f"tensor map over {name} (box {tuple(box)}): {e}") from e
