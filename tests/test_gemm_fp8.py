@@ -26,7 +26,7 @@ from porter.spec.template import INCLUDE_DIR, find_template
 ROOT = Path(__file__).resolve().parents[1]
 SM90A = ARCHS["sm_90a"]
 BASE = dict(BM=128, BN=256, STAGES=4, CONSUMERS=2, GROUP_M=16, CLUSTER=1, EPI=3, STREAMK=0,
-            PROMOTE=0, ORDERED=0)
+            PROMOTE=0, ORDERED=0, EARLY_SCALES=0)
 BIG = (8192, 8192, 8192, 1, 1)
 CONFIGS = [
     BASE,
@@ -44,6 +44,9 @@ CONFIGS = [
     # the consumers issuing their MMAs in turn (named barriers)
     {**BASE, "BN": 192, "STAGES": 5, "PROMOTE": 1, "ORDERED": 1, "STREAMK": 1},
     {**BASE, "ORDERED": 1, "CLUSTER": 2},
+    # per-row/column scales loaded before the k-loop
+    {**BASE, "EARLY_SCALES": 1, "STREAMK": 1},
+    {**BASE, "BN": 192, "STAGES": 5, "PROMOTE": 1, "EARLY_SCALES": 1},
 ]
 
 
@@ -233,3 +236,25 @@ def test_generated_fp8_wgmma_header_matches_its_generator(tmp_path):
                          text=True, check=True).stdout
     assert out.rstrip("\n") == text.rstrip("\n")
     assert "m64n256k32.f32.e4m3.e4m3" in text and "m64n16k32.f32.e5m2.e4m3" in text
+
+
+def test_early_scales_are_loaded_before_the_mmas():
+    """EARLY_SCALES=1: the row and column scale loads come before the k-loop's first wgmma in
+    the PTX (their latency under the MMAs); 0: after its last, in the epilogue."""
+    from porter.build.compile import _nvrtc_compile, options_for
+    tpl = find_template("gemm_fp8")
+
+    def where(early):
+        ok, log, ptx = _nvrtc_compile(tpl.source, "gemm_fp8.cu", options_for(
+            tpl, {**BASE, "EARLY_SCALES": early}, SM90A), output="ptx")
+        assert ok, log[-2000:]
+        lines = ptx.decode().splitlines()
+        mma = [i for i, x in enumerate(lines) if "wgmma.mma_async" in x]
+        # the two per-tensor scale loads come first; the rest are the per-row/column ones
+        loads = [i for i, x in enumerate(lines) if "ld.global.nc" in x][2:]
+        return loads, mma[0], mma[-1]
+    loads, first, _ = where(1)
+    assert loads and max(loads) < first
+    loads, _, last = where(0)
+    assert loads and min(loads) > last
+

@@ -21,7 +21,8 @@
 //     in the wgmma accumulator throughout (the counterpart of cuBLASLt's fast accumulation).
 //   - the epilogue scales the accumulators (per tensor, or by row and column) before
 //     converting them; EPI=3 then stores 64 x 64 boxes by TMA (stmatrix into TMA's swizzle),
-//     EPI=0 straight from the registers.
+//     EPI=0 straight from the registers. EARLY_SCALES=1 loads a tile's row and column scales
+//     before its k-loop instead of after it.
 // ORDERED=1 makes the two consumers issue each k-tile's MMAs in turn (named barriers 5 and 6),
 // so that with promotion one adds its sums while the other's MMAs run.
 #include "porter.cuh"
@@ -54,6 +55,9 @@
 #ifndef PROMOTE
 #define PROMOTE 0      // > 0: k-tiles accumulated by the MMAs before they are added in fp32
 #endif
+#ifndef EARLY_SCALES
+#define EARLY_SCALES 0 // 1: per-row/column scales loaded before the k-loop (their latency under the
+#endif                 // MMAs, 2 + BN / 32 registers held through it); 0: in the epilogue
 #ifndef ORDERED
 #define ORDERED 0      // 1 (2 consumers): the consumers issue each k-tile's MMAs in turn, so with
 #endif             // promotion one adds its sums while the other's MMAs run
@@ -193,6 +197,22 @@ gemm_fp8(const uint8_t* __restrict__ A, const uint8_t* __restrict__ B, bf16_t* _
     // (once ahead of the first), 6 "consumer 1 has issued this k-tile's"; the two alternate
     // strictly, so neither can be counted twice
     if (ORDERED && c == 1) named_arrive(5, 256);
+    // per row of A and column of B (zero past the edges). Lane l holds the scales of the tile's
+    // columns 32 u + l and passes them to the lanes that own them (a load per lane and column
+    // block instead of BN / 4 loads a thread, which ptxas hoists into spills); sav[mt] the rows
+    // r and r + 8 of this thread's accumulators
+    const auto col_scales = [&](float* sb, int tn) {
+#pragma unroll
+      for (int u = 0; u < BN / 32; ++u) {
+        const int col = tn * BN + 32 * u + lane;
+        sb[u] = col < N ? __ldg(scale_b + col) : 0.f;
+      }
+    };
+    const auto row_scales = [&](float* sa, int row0, int mt) {
+      const int row = row0 + mt * 64 + warp * 16 + lane / 4;
+      sa[0] = row < M ? __ldg(scale_a + row) : 0.f;
+      sa[1] = row + 8 < M ? __ldg(scale_a + row + 8) : 0.f;
+    };
     uint32_t it = 0;
     for (bool more = Sched::at(it, w, ntiles, kt_n); more; more = Sched::at(it, w, ntiles, kt_n)) {
       int tm, tn;
@@ -203,6 +223,14 @@ gemm_fp8(const uint8_t* __restrict__ A, const uint8_t* __restrict__ B, bf16_t* _
 #pragma unroll
         for (int i = 0; i < BN / 2; ++i) acc[mt][i] = 0.f;
       fence_d();
+#if EARLY_SCALES
+      float sbv[BN / 32], sav[MT][2];
+      if (scaling == 2) {
+        col_scales(sbv, tn);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) row_scales(sav[mt], tm * BM + c * WM, mt);
+      }
+#endif
 
 #if PROMOTE
       bool held = false;   // prev's stage is still read by MMAs in flight
@@ -281,29 +309,24 @@ gemm_fp8(const uint8_t* __restrict__ A, const uint8_t* __restrict__ B, bf16_t* _
       // -------------------------------------------------------------- epilogue
       const int row0 = tm * BM + c * WM;           // the consumer's first row
       if (scaling == 2) {
-        // per row of A and column of B (zero past the edges). Lane l holds the scales of the
-        // tile's columns 32 u + l and passes them to the lanes that own them (a load per lane
-        // and column block instead of BN / 4 loads a thread, which ptxas hoists into spills).
-        float sbv[BN / 32];
-#pragma unroll
-        for (int u = 0; u < BN / 32; ++u) {
-          const int col = tn * BN + 32 * u + lane;
-          sbv[u] = col < N ? __ldg(scale_b + col) : 0.f;
-        }
+#if !EARLY_SCALES
+        float sbv[BN / 32], sav[MT][2];
+        col_scales(sbv, tn);
+#endif
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-          const int row = row0 + mt * 64 + warp * 16 + lane / 4;
-          const float sa0 = row < M ? __ldg(scale_a + row) : 0.f;
-          const float sa1 = row + 8 < M ? __ldg(scale_a + row + 8) : 0.f;
+#if !EARLY_SCALES
+          row_scales(sav[mt], row0, mt);
+#endif
 #pragma unroll
           for (int j = 0; j < BN / 8; ++j) {
             const int src = 8 * (j % 4) + 2 * (lane % 4);
             const float sb0 = __shfl_sync(0xffffffffu, sbv[j / 4], src);
             const float sb1 = __shfl_sync(0xffffffffu, sbv[j / 4], src + 1);
-            acc[mt][4 * j] *= sa0 * sb0;
-            acc[mt][4 * j + 1] *= sa0 * sb1;
-            acc[mt][4 * j + 2] *= sa1 * sb0;
-            acc[mt][4 * j + 3] *= sa1 * sb1;
+            acc[mt][4 * j] *= sav[mt][0] * sb0;
+            acc[mt][4 * j + 1] *= sav[mt][0] * sb1;
+            acc[mt][4 * j + 2] *= sav[mt][1] * sb0;
+            acc[mt][4 * j + 3] *= sav[mt][1] * sb1;
           }
         }
       } else {
