@@ -171,7 +171,7 @@ def export(store: Store, job_id: int, fmt: str, out_dir: str | Path) -> list[Pat
                   standalone_source(tpl, a, r["params"], r["size"]))
     elif fmt in ("cubin", "python", "torch"):
         if fmt == "torch":
-            init = torch_package(tpl, arch)         # refuses other ops before writing
+            init = torch_package(tpl, arch, rows)   # refuses other ops before writing
             pkg = f"{tpl.name}_torch"
             if (out / pkg).is_dir():
                 shutil.rmtree(out / pkg)
