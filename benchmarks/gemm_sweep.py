@@ -6,6 +6,7 @@ torch.matmul, an L2 flush before every repeat) in the same process on the same G
     python benchmarks/gemm_sweep.py --out DIR [--trials 60] [--shapes 3000x5000x1000,...]
                                     [--deep SHAPES] [--merge OLD.json] [--deadline-s 300]
                                     [--include COPY_OF_PORTER_INCLUDE] [--db FILE]
+                                    [--warm-from OTHER_GPUS_RESULTS.json]
     python benchmarks/gemm_sweep.py --plan       # no GPU: the shapes and their warm seeds
     python benchmarks/gemm_sweep.py --seed-check RESULTS.json   # no GPU: the warm start
                                                  # replayed on a results file's shapes
@@ -19,7 +20,9 @@ baseline is not pathological. --merge: records of OLD.json for shapes not run no
 Warm start (porter/search/warm.py): the nearest configurations of the tuned shapes of
 benchmarks/results/gemm_wgmma_tpl6_tuned_{a,b,c}_h200.json and of every shape the sweep has
 finished so far (the shapes run nearest-to-tuned first), then neighbours of the best along the
-tile and schedule parameters (_sweep_port.py: N_SEEDS, N_VARY, VARY, ALIGN).
+tile and schedule parameters, and tile shapes / splits that fill the waves better
+(_sweep_port.py: N_SEEDS, N_VARY, VARY, N_WAVE, WAVE_VARY, ALIGN). --warm-from adds another
+GPU's sweep results as sources, each shape's own answer there included (a port to a new GPU).
 The H200 runs: benchmarks/results/gemm_sweep_h200.json (docs/notes/gemm_wgmma.md, "Sweep").
 
 baseline_pathological (PATHOLOGY): cuBLAS reaches under half the median share of its roofline
