@@ -164,9 +164,10 @@ def compile_ahead(store, job_id: int, tpl, arch, spec) -> tuple[int, int]:
         if store.get_job(job_id).status in FINISHED:
             break
         batch = configs[i:i + PREFETCH_BATCH]
-        served = cache_served(store, job_id, spec, [tpl.config_key(c) for c in batch])
-        for c in batch:
-            if tpl.config_key(c) in served:
+        keys = [tpl.config_key(c) for c in batch]
+        served = cache_served(store, job_id, spec, keys)
+        for c, key in zip(batch, keys):
+            if key in served:
                 skipped += 1
                 continue
             compile_variant(tpl, c, arch)
