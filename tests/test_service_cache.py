@@ -36,7 +36,9 @@ def test_same_job_twice_measures_nothing_the_second_time(env, tmp_path):
         src = a[t.reused_from[1]]
         assert (t.config_key, t.status, t.objective, t.measurements) == \
             (src.config_key, src.status, src.objective, src.measurements)
-    assert len({t.worker for t in b}) == 2, "both drivers reused trials"
+    # which of the two drivers served the reused trials is a race (12 cache hits can all go to
+    # the first driver to join), so only that each was served by a driver is asserted
+    assert all(t.worker for t in b)
     assert s.best_trials(second.id, 1)[0].objective == s.best_trials(first.id, 1)[0].objective
     assert s.get_job(second.id).n_reused == 12
     assert not [t for t in s.trials(fresh.id) if t.reused_from]
