@@ -6,6 +6,7 @@ split help this shape?" before the space or the warm start is changed; porter's 
 
     python benchmarks/gemm_probe.py --out DIR [--probes FILE.json] [--repeats 3]
     python benchmarks/gemm_probe.py --compile-only   # no GPU: every probe compiles, no spills
+    ncu ... python benchmarks/gemm_probe.py --ncu --out DIR --probes FILE   # profile, few launches
 
 FILE.json: {"MxNxK": [{param: value, ...}, ...], ...}; a configuration names only what differs
 from BASE. Default: PROBES below. Writes DIR/gemm_probe.json after every shape: `records`, one
@@ -128,6 +129,9 @@ def main(argv=None):
     ap.add_argument("--probes", default=None)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--compile-only", action="store_true")
+    ap.add_argument("--ncu", action="store_true",
+                    help="for a run under Nsight Compute: each kernel launched a few times "
+                         "(one timing repeat), not timed for a figure")
     args = ap.parse_args(argv)
     probes = json.loads(Path(args.probes).read_text()) if args.probes else PROBES
     items = configs(probes)
@@ -143,7 +147,10 @@ def main(argv=None):
     from porter.spec.template import find_template
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    be = GpuBackend(seed=123, min_repeats=10, target_ms=40.0)
+    be = GpuBackend(seed=123, min_repeats=1, max_repeats=1, target_ms=0.0) if args.ncu else \
+        GpuBackend(seed=123, min_repeats=10, target_ms=40.0)
+    if args.ncu:
+        args.repeats = 1
     be.fresh_baseline = True
     dev = be.device_info()
     be.sms = int(dev.get("sms") or 0)
