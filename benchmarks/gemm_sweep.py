@@ -116,10 +116,14 @@ def order(shapes, tuned: list[Tuned]):
 
 
 def sweep_tuned(rec: dict) -> Tuned | None:
-    """A finished shape as a warm-start source for the next ones."""
-    cfgs = [f["params"] for f in sorted(rec.get("finalists", ()), key=lambda f: -f["ratio"])]
+    """A finished shape as a warm-start source for the next ones (configurations recorded
+    before the template gained a parameter completed with its default)."""
+    from porter.spec.template import find_template
+    done = find_template("gemm_wgmma").complete
+    cfgs = [done(f["params"])
+            for f in sorted(rec.get("finalists", ()), key=lambda f: -f["ratio"])]
     if rec.get("params"):
-        cfgs = [rec["params"], *[c for c in cfgs if c != rec["params"]]]
+        cfgs = [done(rec["params"]), *[c for c in cfgs if c != done(rec["params"])]]
     return Tuned(tuple(rec["shape"]), tuple(cfgs), "sweep", rec.get("ratio")) if cfgs else None
 
 
@@ -205,8 +209,8 @@ def seed_check(path: str, aligns=((0.0, 0.0, 0.0), (0.0, 0.0, 1.0)), n: int = 16
             seeds = seeds_for(shape, src, tpl.params, lambda c: static_check(
                 tpl, arch, c, [shape]) is None, n, align=align)
             keys = {tpl.config_key(c) for c in seeds}
-            hits += tpl.config_key(r["params"]) in keys
-            tried = {k: v for k, _, v in r.get("tried", ()) if v}
+            hits += tpl.config_key(tpl.complete(r["params"])) in keys
+            tried = {old_key(tpl, k): v for k, _, v in r.get("tried", ()) if v}
             if tried:
                 with_tried += 1
                 near += max((tried[k] for k in keys if k in tried), default=0) >= \
@@ -304,6 +308,11 @@ def main(argv=None):
     porter.close()
     doc = write(out, merged(old, records), bw, skipped, args, t_start)
     print(json.dumps(doc["summary"], indent=1))
+
+
+def old_key(tpl, key: str) -> str:
+    """A configuration key recorded before the template gained parameters, completed."""
+    return tpl.config_key(tpl.complete(dict(zip(tpl.param_names, key.split(",")))))
 
 
 def merged(old: list[dict], new: list[dict]) -> list[dict]:

@@ -160,8 +160,9 @@ def retime_results(args, bw):
             size = tuple(old["shape"])
             fins = old.get("finalists") or [{"params": old["params"],
                                              "ours_ms": old["ours_ms"]}]
-            trials = [TrialRecord(number=i, params=f["params"], config_key=tpl.config_key(
-                f["params"]), status="measured", measurements=(Measurement(
+            trials = [TrialRecord(number=i, params=tpl.complete(f["params"]),
+                                  config_key=tpl.config_key(tpl.complete(f["params"])),
+                                  status="measured", measurements=(Measurement(
                     size=size, ours_ms=f.get("tuning_ms", f["ours_ms"])),))
                 for i, f in enumerate(fins)]
             stats = {"retimed_from": path, "before": {"ratio": old["ratio"],

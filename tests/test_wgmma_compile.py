@@ -51,7 +51,15 @@ CONFIGS = [
     dict(BM=128, BN=224, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=8, PERSIST=1, CLUSTER=1, EPI=3,
          SPLITK=1, STREAMK=0, SWAP=0, TAILW=192),
 ]
-CONFIGS = [{**c, "TAILW": c.get("TAILW", 0)} for c in CONFIGS]
+CONFIGS += [
+    # A and B copied by the producer warpgroup's threads (cp.async) instead of TMA
+    dict(BM=128, BN=256, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=8, PERSIST=1, CLUSTER=1, EPI=3,
+         SPLITK=1, STREAMK=0, SWAP=0, LOAD=1),
+    dict(BM=128, BN=200, BK=128, STAGES=2, CONSUMERS=2, GROUP_M=8, PERSIST=1, CLUSTER=1, EPI=1,
+         SPLITK=1, STREAMK=1, SWAP=0, LOAD=1),
+]
+CONFIGS = [{**c, "TAILW": c.get("TAILW", 0), "LOAD": c.get("LOAD", 0)} for c in CONFIGS]
+MISALIGNED = (3000, 5000, 1000)        # K * 2 bytes = 2000: rows straddle 128-byte lines
 SMALL = (16, 8192, 8192)
 
 
@@ -130,7 +138,7 @@ def test_refuses_architectures_without_wgmma(arch):
 def test_constraints_reject_oversized_configs():
     tpl = find_template("gemm_wgmma")
     base = dict(BM=128, BN=256, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=8, PERSIST=1, CLUSTER=1, EPI=0,
-                SPLITK=1, STREAMK=0, SWAP=0, TAILW=0)
+                SPLITK=1, STREAMK=0, SWAP=0, TAILW=0, LOAD=0)
     assert _feasible(tpl, {**base, "EPI": 1})                    # 4 stages + 2 x 16 KB staging
     assert _feasible(tpl, base)
     assert not _feasible(tpl, {**base, "STAGES": 5})             # 240 KB of smem
@@ -183,6 +191,13 @@ def test_constraints_reject_oversized_configs():
     assert not _feasible(tpl, {**tail, "EPI": 1})                        # TMA-stored epilogue only
     assert not _feasible(tpl, {**tail, "STREAMK": 2})
     assert not _feasible(tpl, {**tail, "PERSIST": 0})
+    # thread copies (cp.async): only where K's row pitch is not a multiple of 128 bytes, and
+    # only on single-CTA tiles (no multicast, re-cut pieces or swapped operands)
+    copies = {**base, "LOAD": 1}
+    assert _feasible(tpl, copies, size=MISALIGNED)
+    assert not _feasible(tpl, copies)                                     # K = 4096
+    assert not _feasible(tpl, {**copies, "CLUSTER": 2}, size=MISALIGNED)
+    assert _feasible(tpl, {**base, "CLUSTER": 2}, size=MISALIGNED)
     n = sum(1 for c in tpl.iter_configs() if _feasible(tpl, c))
     assert 20 <= n < tpl.space_size()
 
@@ -191,7 +206,8 @@ def test_constraints_reject_oversized_configs():
 def test_compiles_for_sm90a_without_spills(cache, config):
     tpl = find_template("gemm_wgmma")
     small = config["SPLITK"] > 1 or config["SWAP"]
-    assert _feasible(tpl, config, size=SMALL if small else (4096, 4096, 4096))
+    size = SMALL if small else MISALIGNED if config["LOAD"] else (4096, 4096, 4096)
+    assert _feasible(tpl, config, size=size)
     res = compile_variant(tpl, config, SM90A, use_cache=False)
     assert res.ok, res.log
     r = res.resources

@@ -110,6 +110,11 @@ class Template:
         for values in itertools.product(*self.params.values()):
             yield dict(zip(names, values))
 
+    def complete(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        """`config` with the parameters it lacks at their defaults (the first value): what a
+        configuration recorded before the template gained a parameter ran as."""
+        return {n: config.get(n, v[0]) for n, v in self.params.items()}
+
     def config_key(self, config: Mapping[str, Any]) -> str:
         """Kernel Tuner's key: the values in parameter order, comma-joined."""
         return ",".join(str(config[n]) for n in self.param_names)
