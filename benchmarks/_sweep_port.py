@@ -24,7 +24,7 @@ from porter.spec.template import find_template, load_template
 TEMPLATE = "gemm_wgmma"
 N_SEEDS = 16              # warm-start configurations per shape: the nearest tuned shapes'
 N_VARY = 8                # best ones, then this many neighbours of the best along VARY
-VARY = ("LOAD", "BN", "STREAMK", "TAILW", "BM", "CLUSTER", "SPLITK", "EPI", "STAGES")
+VARY = ("BN", "STREAMK", "TAILW", "BM", "CLUSTER", "SPLITK", "EPI", "STAGES")
 ALIGN = (0.0, 0.0, 1.0)   # K's row alignment counts in the distance between shapes (seed_check)
 N_WAVE = 4                # of those, this many tile shapes / splits of the best seed that fill
 WAVE_VARY = ("BM", "BN", "SPLITK")   # the waves better (space.toml's [launch] tiles, tile_cost)

@@ -72,6 +72,12 @@ def test_short_gemm_port_verifies_every_measured_trial(tmp_path):
     # of 21 pieces 192-200 wide, the partial last row of tiles among them)
     (dict(TAILW=224), (4096, 4096, 4096)),
     (dict(BN=224, TAILW=192), (3000, 4040, 4104)),
+    # 256 x 152 tiles (152 accumulators a thread; columns past the last 64-wide box from the
+    # registers) and 192-row tiles on three consumer warpgroups, ragged M, N and K
+    (dict(BM=256, BN=152, STAGES=4), (3000, 4040, 4104)),
+    (dict(BM=256, BN=192, EPI=0, GROUP_M=8), (1000, 1000, 1000)),
+    (dict(BM=192, BN=192, CONSUMERS=3, CLUSTER=2), (3000, 4040, 4104)),
+    (dict(BM=192, BN=128, CONSUMERS=3, EPI=1, STREAMK=1), (3000, 4040, 4104)),
     # A and B copied by threads (cp.async, zero-filled past M, N and K) instead of TMA
     (dict(LOAD=1, CLUSTER=1), (3000, 4040, 4104)),
     (dict(LOAD=1, CLUSTER=1, BN=200, BK=128, STAGES=2, EPI=1, STREAMK=1), (1000, 1000, 1000)),

@@ -52,6 +52,18 @@ CONFIGS = [
          SPLITK=1, STREAMK=0, SWAP=0, TAILW=192),
 ]
 CONFIGS += [
+    # 256 x 144-192 tiles (up to 192 accumulators a consumer thread, plain schedule only) and
+    # 192-row tiles on three consumer warpgroups (152 registers each)
+    dict(BM=256, BN=152, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=8, PERSIST=1, CLUSTER=1, EPI=3,
+         SPLITK=1, STREAMK=0, SWAP=0),
+    dict(BM=256, BN=160, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=8, PERSIST=1, CLUSTER=2, EPI=1,
+         SPLITK=1, STREAMK=0, SWAP=0),
+    dict(BM=256, BN=192, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=16, PERSIST=1, CLUSTER=1, EPI=0,
+         SPLITK=1, STREAMK=0, SWAP=0),
+    dict(BM=192, BN=192, BK=64, STAGES=4, CONSUMERS=3, GROUP_M=8, PERSIST=1, CLUSTER=2, EPI=3,
+         SPLITK=1, STREAMK=0, SWAP=0),
+    dict(BM=192, BN=128, BK=64, STAGES=4, CONSUMERS=3, GROUP_M=8, PERSIST=1, CLUSTER=1, EPI=1,
+         SPLITK=1, STREAMK=1, SWAP=0),
     # A and B copied by the producer warpgroup's threads (cp.async) instead of TMA
     dict(BM=128, BN=256, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=8, PERSIST=1, CLUSTER=1, EPI=3,
          SPLITK=1, STREAMK=0, SWAP=0, LOAD=1),
@@ -191,6 +203,16 @@ def test_constraints_reject_oversized_configs():
     assert not _feasible(tpl, {**tail, "EPI": 1})                        # TMA-stored epilogue only
     assert not _feasible(tpl, {**tail, "STREAMK": 2})
     assert not _feasible(tpl, {**tail, "PERSIST": 0})
+    # more than 128 accumulators a thread (256 x 144-192) only on the plain schedule; three
+    # consumer warpgroups (152 registers each) hold at most BN = 192 columns
+    wide = {**base, "BM": 256, "BN": 160, "EPI": 3}
+    assert _feasible(tpl, wide) and _feasible(tpl, {**wide, "BN": 192, "EPI": 0})
+    assert not _feasible(tpl, {**wide, "STREAMK": 1})
+    assert not _feasible(tpl, {**wide, "BN": 200})                      # 200 accumulators
+    three = {**base, "BM": 192, "BN": 192, "CONSUMERS": 3, "EPI": 3}
+    assert _feasible(tpl, three)
+    assert not _feasible(tpl, {**three, "BN": 224})
+    assert not _feasible(tpl, {**three, "BM": 128})                     # 64 rows each
     # thread copies (cp.async): only where K's row pitch is not a multiple of 128 bytes, and
     # only on single-CTA tiles (no multicast, re-cut pieces or swapped operands)
     copies = {**base, "LOAD": 1}
@@ -217,7 +239,7 @@ def test_compiles_for_sm90a_without_spills(cache, config):
     # setmaxnreg target (232 with two consumer warpgroups, 240 with one) must fit what the
     # producer gives back (it drops to 40)
     assert r.registers * threads <= SM90A.regs_per_sm
-    consumer = 232 if config["CONSUMERS"] == 2 else 240
+    consumer = {1: 240, 2: 232, 3: 152}[config["CONSUMERS"]]
     assert 40 * 128 + consumer * 128 * config["CONSUMERS"] <= SM90A.regs_per_sm
     assert r.registers <= consumer
     assert "C7508" not in res.log and "ignored" not in res.log.lower(), res.log

@@ -121,8 +121,10 @@
 
 #if CONSUMERS == 1
 #define CONSUMER_REGS 240
-#else
+#elif CONSUMERS == 2
 #define CONSUMER_REGS 232
+#else                                // 3 (192-row tiles): 128 x (40 + 3 x 152) <= 65536
+#define CONSUMER_REGS 152
 #endif
 #define PRODUCER_REGS 40
 
