@@ -78,9 +78,6 @@ def test_short_gemm_port_verifies_every_measured_trial(tmp_path):
     (dict(BM=256, BN=192, EPI=0, GROUP_M=8), (1000, 1000, 1000)),
     (dict(BM=192, BN=192, CONSUMERS=3, CLUSTER=2), (3000, 4040, 4104)),
     (dict(BM=192, BN=128, CONSUMERS=3, EPI=1, STREAMK=1), (3000, 4040, 4104)),
-    # A and B copied by threads (cp.async, zero-filled past M, N and K) instead of TMA
-    (dict(LOAD=1, CLUSTER=1), (3000, 4040, 4104)),
-    (dict(LOAD=1, CLUSTER=1, BN=200, BK=128, STAGES=2, EPI=1, STREAMK=1), (1000, 1000, 1000)),
 ])
 def test_wgmma_side_by_side_interleaved(config, size):
     """Hopper only: a gemm_wgmma variant measured the way benchmarks end (ours and cuBLAS

@@ -33,16 +33,9 @@ USES = {
         hopper::tma::store_commit();
         hopper::tma::store_wait_read();
         hopper::tma::store_wait_all();""",
-    "cp_async.cuh": """
-        const uint16_t* src = reinterpret_cast<const uint16_t*>(out);
-        hopper::cp_async::load_tile_sw128<200, 128>(smem, src, (int)out[1], 3000, (int)out[2],
-                                                    1000, 1000, threadIdx.x % 128);
-        hopper::cp_async::copy16(smem, out, 16);
-        hopper::cp_async::arrive_on(smem + 65536);""",
     "pipeline.cuh": """
         const hopper::Pipeline<3> pipe(smem);
         if (threadIdx.x == 0) pipe.init(4);
-        if (threadIdx.x == 1) pipe.init(4, 128);
         __syncthreads();
         const auto c = hopper::Cursor<3>::at(out[1]);
         pipe.acquire(c);

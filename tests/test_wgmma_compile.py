@@ -64,14 +64,8 @@ CONFIGS += [
          SPLITK=1, STREAMK=0, SWAP=0),
     dict(BM=192, BN=128, BK=64, STAGES=4, CONSUMERS=3, GROUP_M=8, PERSIST=1, CLUSTER=1, EPI=1,
          SPLITK=1, STREAMK=1, SWAP=0),
-    # A and B copied by the producer warpgroup's threads (cp.async) instead of TMA
-    dict(BM=128, BN=256, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=8, PERSIST=1, CLUSTER=1, EPI=3,
-         SPLITK=1, STREAMK=0, SWAP=0, LOAD=1),
-    dict(BM=128, BN=200, BK=128, STAGES=2, CONSUMERS=2, GROUP_M=8, PERSIST=1, CLUSTER=1, EPI=1,
-         SPLITK=1, STREAMK=1, SWAP=0, LOAD=1),
 ]
-CONFIGS = [{**c, "TAILW": c.get("TAILW", 0), "LOAD": c.get("LOAD", 0)} for c in CONFIGS]
-MISALIGNED = (3000, 5000, 1000)        # K * 2 bytes = 2000: rows straddle 128-byte lines
+CONFIGS = [{**c, "TAILW": c.get("TAILW", 0)} for c in CONFIGS]
 SMALL = (16, 8192, 8192)
 
 
@@ -150,7 +144,7 @@ def test_refuses_architectures_without_wgmma(arch):
 def test_constraints_reject_oversized_configs():
     tpl = find_template("gemm_wgmma")
     base = dict(BM=128, BN=256, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=8, PERSIST=1, CLUSTER=1, EPI=0,
-                SPLITK=1, STREAMK=0, SWAP=0, TAILW=0, LOAD=0)
+                SPLITK=1, STREAMK=0, SWAP=0, TAILW=0)
     assert _feasible(tpl, {**base, "EPI": 1})                    # 4 stages + 2 x 16 KB staging
     assert _feasible(tpl, base)
     assert not _feasible(tpl, {**base, "STAGES": 5})             # 240 KB of smem
@@ -213,13 +207,6 @@ def test_constraints_reject_oversized_configs():
     assert _feasible(tpl, three)
     assert not _feasible(tpl, {**three, "BN": 224})
     assert not _feasible(tpl, {**three, "BM": 128})                     # 64 rows each
-    # thread copies (cp.async): only where K's row pitch is not a multiple of 128 bytes, and
-    # only on single-CTA tiles (no multicast, re-cut pieces or swapped operands)
-    copies = {**base, "LOAD": 1}
-    assert _feasible(tpl, copies, size=MISALIGNED)
-    assert not _feasible(tpl, copies)                                     # K = 4096
-    assert not _feasible(tpl, {**copies, "CLUSTER": 2}, size=MISALIGNED)
-    assert _feasible(tpl, {**base, "CLUSTER": 2}, size=MISALIGNED)
     n = sum(1 for c in tpl.iter_configs() if _feasible(tpl, c))
     assert 20 <= n < tpl.space_size()
 
@@ -228,8 +215,7 @@ def test_constraints_reject_oversized_configs():
 def test_compiles_for_sm90a_without_spills(cache, config):
     tpl = find_template("gemm_wgmma")
     small = config["SPLITK"] > 1 or config["SWAP"]
-    size = SMALL if small else MISALIGNED if config["LOAD"] else (4096, 4096, 4096)
-    assert _feasible(tpl, config, size=size)
+    assert _feasible(tpl, config, size=SMALL if small else (4096, 4096, 4096))
     res = compile_variant(tpl, config, SM90A, use_cache=False)
     assert res.ok, res.log
     r = res.resources

@@ -81,12 +81,6 @@
 #if STREAMK && (!PERSIST || SPLITK != 1)
 #error "STREAMK needs PERSIST=1 and SPLITK=1"
 #endif
-#ifndef LOAD
-#define LOAD 0         // 0: TMA loads by one producer thread; 1: the producer warpgroup's 128
-#endif                 // threads copy A and B with cp.async (rows whose pitch is not a multiple
-#if LOAD && (CLUSTER != 1 || TAILW || SWAP)   // of 128 bytes straddle lines in TMA boxes)
-#error "LOAD=1 needs CLUSTER=1, no TAILW, no SWAP"
-#endif
 #if CLUSTER != 1 && CLUSTER != 2 && CLUSTER != 4
 #error "CLUSTER must be 1, 2 or 4"
 #endif
@@ -202,8 +196,7 @@ gemm_wgmma(const bf16_t* __restrict__ A, const bf16_t* __restrict__ B, bf16_t* _
   const int tid = threadIdx.x % 128;
 
   if (threadIdx.x == 0) {
-    // every consumer warp of the cluster frees a stage; LOAD=1: 128 copying threads fill one
-    ring.init(CONSUMERS * 4 * CLUSTER, LOAD ? 128 : 1);
+    ring.init(CONSUMERS * 4 * CLUSTER);   // every consumer warp of the cluster frees a stage
     fence_barrier_init();
   }
 #if CLUSTER > 1
@@ -234,25 +227,6 @@ gemm_wgmma(const bf16_t* __restrict__ A, const bf16_t* __restrict__ B, bf16_t* _
   if (wg == 0) {
     // ------------------------------------------------------------------ producer
     warpgroup::shrink_regs<PRODUCER_REGS>();
-#if LOAD
-    uint32_t it = 0;
-    while (Sched::at(it, w, nitems, kt_n)) {
-      int tm, tn, cs, wsel;
-      place(w.tile, tiles_m, tiles_n, rc, tm, tn, cs, wsel);
-      for (int kt = w.kb; kt < w.ke; ++kt, ++it) {
-        const auto st = Cursor<STAGES>::at(it);
-        ring.acquire(st);
-#pragma unroll
-        for (int j = 0; j < KSUB; ++j) {
-          cp_async::load_tile_sw128<BM, 128>(sA + st.stage * A_TILE_BYTES + j * A_SUB_BYTES, A,
-                                             tm * BM, M, kt * BK + 64 * j, K, K, tid);
-          cp_async::load_tile_sw128<BN, 128>(sB + st.stage * B_TILE_BYTES + j * B_SUB_BYTES, B,
-                                             cs, N, kt * BK + 64 * j, K, K, tid);
-        }
-        cp_async::arrive_on(ring.full_bar(st));
-      }
-    }
-#else
     if (tid == 0) {
       tma::prefetch_desc(&tmA);
       tma::prefetch_desc(&tmB);
@@ -285,7 +259,6 @@ gemm_wgmma(const bf16_t* __restrict__ A, const bf16_t* __restrict__ B, bf16_t* _
         }
       }
     }
-#endif
   } else {
     // ------------------------------------------------------------------ consumers
     warpgroup::grow_regs<CONSUMER_REGS>();
@@ -316,7 +289,6 @@ gemm_wgmma(const bf16_t* __restrict__ A, const bf16_t* __restrict__ B, bf16_t* _
         for (int kt = w.kb; kt < w.ke; ++kt, ++it) {
           const auto st = Cursor<STAGES>::at(it);
           ring.wait(st);
-          if (LOAD) fence_proxy_async();   // the copies were generic-proxy writes
           wgmma::fence();
           wgmma::mma_ss_k_tiles<WD, BK / 16, MT>(acc, sA + st.stage * A_TILE_BYTES + c * (WM * 128),
                                                  64 * 128, A_SUB_BYTES,

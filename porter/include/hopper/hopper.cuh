@@ -2,7 +2,6 @@
 //
 //   sync.cuh       mbarriers, named barriers, proxy fences, cluster helpers
 //   tma.cuh        TMA tile loads (2-D / 3-D, multicast) and stores, CUtensorMap
-//   cp_async.cuh   tiles copied by threads (16-byte cp.async) in TMA's 128-byte swizzle
 //   pipeline.cuh   Ring / Cursor: producer-consumer stages over mbarriers
 //   wgmma.cuh      shared-memory descriptors (128B swizzle, K- and MN-major), MMA batches
 //   wgmma_bf16.cuh the m64nNk16 bf16 instructions, SS and RS (generated)
@@ -16,7 +15,6 @@
 #pragma once
 #include "hopper/sync.cuh"
 #include "hopper/tma.cuh"
-#include "hopper/cp_async.cuh"
 #include "hopper/pipeline.cuh"
 #include "hopper/wgmma.cuh"
 #include "hopper/fragment.cuh"

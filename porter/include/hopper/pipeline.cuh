@@ -37,11 +37,10 @@ struct Pipeline {
   __device__ __forceinline__ Pipeline(uint32_t bars) : full(bars), empty(bars + 8 * kStages) {}
   static constexpr __device__ __host__ uint32_t barrier_bytes() { return 16 * kStages; }
 
-  // By one thread, before the block-wide barrier that precedes any use. `producers`: arrivals
-  // that fill a stage (1: one TMA-issuing thread; more where threads copy, cp_async.cuh).
-  __device__ __forceinline__ void init(uint32_t consumers, uint32_t producers = 1) const {
+  // By one thread, before the block-wide barrier that precedes any use.
+  __device__ __forceinline__ void init(uint32_t consumers) const {
     for (int s = 0; s < kStages; ++s) {
-      mbar_init(full + 8 * s, producers);
+      mbar_init(full + 8 * s, 1);
       mbar_init(empty + 8 * s, consumers);
     }
   }
