@@ -115,15 +115,19 @@ def order(shapes, tuned: list[Tuned]):
     return sorted(shapes, key=lambda s: (dist(s), s[1:]))
 
 
-def sweep_tuned(rec: dict) -> Tuned | None:
-    """A finished shape as a warm-start source for the next ones (configurations recorded
-    before the template gained a parameter completed with its default)."""
-    from porter.spec.template import find_template
-    done = find_template("gemm_wgmma").complete
-    cfgs = [done(f["params"])
-            for f in sorted(rec.get("finalists", ()), key=lambda f: -f["ratio"])]
-    if rec.get("params"):
-        cfgs = [done(rec["params"]), *[c for c in cfgs if c != done(rec["params"])]]
+def sweep_tuned(rec: dict, tpl=None) -> Tuned | None:
+    """A finished shape as a warm-start source for the next ones: configurations recorded
+    before the template gained a parameter take its default; one with a parameter the
+    template no longer has ran another kernel and is left out."""
+    if tpl is None:
+        from porter.spec.template import find_template
+        tpl = find_template("gemm_wgmma")
+    usable = [c for c in (rec.get("params"), *(f["params"] for f in sorted(
+        rec.get("finalists", ()), key=lambda f: -f["ratio"]))) if c and set(c) <= set(tpl.params)]
+    cfgs = []
+    for c in map(tpl.complete, usable):
+        if c not in cfgs:
+            cfgs.append(c)
     return Tuned(tuple(rec["shape"]), tuple(cfgs), "sweep", rec.get("ratio")) if cfgs else None
 
 

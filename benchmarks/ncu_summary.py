@@ -1,12 +1,19 @@
-"""The figures worth keeping from an Nsight Compute details page (the `*_ncu_*` results files).
+"""The figures worth keeping from Nsight Compute output (the `*_ncu_*` results files).
 
   python benchmarks/ncu_summary.py DETAILS.txt PROFILED.json OUT.json
+  python benchmarks/ncu_summary.py --metrics RAW.csv PROBES.json OUT.json
 
 DETAILS.txt is the text of `ncu --import REP --page details`. Per kernel: its launch, the
 speed-of-light figures and the busiest pipeline; each of ours (ncu names them all after the
 kernel) is named after the variant it ran, in the order PROFILED.json's "results" list the
 entries with status "profiled" (its other keys are copied). The profiled runs came from the
 development harness benchmarks/dev_wgmma.py, now in git history (docs/notes/gemm_wgmma.md).
+
+--metrics: RAW.csv is `ncu --csv --page raw --metrics ...` of `gemm_probe.py --ncu --probes
+PROBES.json`: per shape (in the probe file's order; each shape's launches start with the fp32
+reference GEMM), cuBLAS's kernel, its tile and cluster, and the medians of duration, grid,
+L2 sectors per request and L2 throughput for cuBLAS and for each of ours (told apart by
+cluster size).
 """
 from __future__ import annotations
 
@@ -55,7 +62,63 @@ def ncu_summary(details: Path, prof_json: Path, out: Path, ours: str = "gemm_wgm
               f"{k.get('busiest pipeline %')}% L2 {k.get('L2 Cache Throughput')}%")
 
 
+def _num(x: str) -> float:
+    try:
+        return float(x.replace(",", ""))
+    except ValueError:
+        return 0.0
+
+
+def metrics_summary(raw: Path, probes: Path, out: Path) -> None:
+    import csv
+    import statistics
+    rows = list(csv.reader(raw.read_text().splitlines()))
+    head = next(i for i, r in enumerate(rows) if r and r[0] == "ID")
+    names, data = rows[head], rows[head + 2:]
+    col = {n: i for i, n in enumerate(names)}
+    blocks: list[list[dict]] = []
+    ref = False
+    for r in data:
+        k = {n: r[i] for n, i in col.items() if i < len(r)}
+        # the fp32 reference (one or more launches) starts a new shape
+        if k["Kernel Name"].startswith("sm80_xmma_gemm_f32"):
+            if not ref:
+                blocks.append([])
+            ref = True
+        elif blocks:
+            ref = False
+            blocks[-1].append(k)
+    shapes = json.loads(probes.read_text())
+    records = []
+    for (shape, configs), ks in zip(shapes.items(), blocks):
+        groups: dict[str, list[dict]] = {}
+        for k in ks:
+            ours = k["Kernel Name"].startswith("gemm_wgmma")
+            cl = int(_num(k.get("launch__cluster_dim_x", "0"))) or 1
+            groups.setdefault(f"ours CLUSTER={cl}" if ours else k["Kernel Name"], []).append(k)
+        rec = {"shape": [int(x) for x in shape.split("x")], "probed": configs, "kernels": []}
+        for name, g in groups.items():
+            med = lambda m: statistics.median(_num(k.get(m, "0")) for k in g)  # noqa: E731
+            rec["kernels"].append({
+                "kernel": name, "launches": len(g), "duration_us": med("gpu__time_duration.sum") / 1e3,
+                "grid": int(med("launch__grid_size")),
+                "cluster": int(med("launch__cluster_dim_x")) or 1,
+                "l2_sectors_per_request": round(
+                    med("lts__t_sectors_srcunit_tex.sum") / max(1.0, med("lts__t_requests_srcunit_tex.sum")), 2),
+                "l2_throughput_pct": med("lts__throughput.avg.pct_of_peak_sustained_elapsed"),
+                "dram_read_mb": round(med("dram__bytes_read.sum") / 1e6, 1)})
+        records.append(rec)
+        for k in rec["kernels"]:
+            print(f"{shape:>16s} {k['kernel'][:52]:52s} {k['duration_us']:8.1f} us grid "
+                  f"{k['grid']:4d} cl {k['cluster']} sec/req {k['l2_sectors_per_request']:.2f}")
+    out.write_text(json.dumps({"tool": "ncu --clock-control none --csv --page raw --metrics",
+                               "probes": probes.name, "records": records}, indent=1))
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 4:
-        sys.exit(__doc__.strip().splitlines()[2].strip())
-    ncu_summary(*(Path(a) for a in sys.argv[1:]))
+    if len(sys.argv) == 5 and sys.argv[1] == "--metrics":
+        metrics_summary(*(Path(a) for a in sys.argv[2:]))
+    elif len(sys.argv) == 4:
+        ncu_summary(*(Path(a) for a in sys.argv[1:]))
+    else:
+        sys.exit("\n".join(__doc__.strip().splitlines()[2:4]))

@@ -154,9 +154,16 @@ def test_tuned_records_fill_new_parameters_and_skip_removed_ones():
 def test_every_tuned_source_and_sweep_record_is_usable():
     tuned = gs.tuned_sources()
     assert {(4096, 4096, 4096), (16, 8192, 8192), (4096, 28672, 8192)} <= {t.size for t in tuned}
-    rec = {"shape": [5, 6, 7], "params": {"X": 1}, "ratio": 1.0,
-           "finalists": [{"params": {"X": 2}, "ratio": 1.1}, {"params": {"X": 1}, "ratio": 1}]}
-    assert gs.sweep_tuned(rec).configs == ({"X": 1}, {"X": 2})
+    tpl = find_template("gemm_wgmma")
+    full = tpl.complete({})
+    rec = {"shape": [5, 6, 7], "params": {"BM": 64}, "ratio": 1.0,
+           "finalists": [{"params": {"BM": 256}, "ratio": 1.1}, {"params": {"BM": 64}, "ratio": 1},
+                         {"params": {"BM": 128, "GONE": 1}, "ratio": 1.2}]}
+    # the reported one first, then the finalists by ratio; parameters a record lacks take the
+    # template's default; a configuration with a parameter the template lost is left out
+    assert gs.sweep_tuned(rec).configs == ({**full, "BM": 64}, {**full, "BM": 256})
+    for r in json.loads(RESULTS.read_text())["records"]:
+        assert gs.sweep_tuned(r) is not None and set(r["params"]) == set(tpl.params), r["shape"]
 
 
 def test_pathology_rule_and_summary():
@@ -264,7 +271,8 @@ def test_warm_from_reads_another_gpus_sweep(tmp_path):
         {"shape": [1, 2, 3], "params": None, "ratio": None}]}))
     (t,) = gs.other_gpu_sources(f)
     assert t.other_gpu and t.size == (3000, 5000, 1000) and t.source == "sweep.json"
-    assert t.configs == ({"BM": 128}, {"BM": 64})
+    full = find_template("gemm_wgmma").complete({})
+    assert t.configs == ({**full, "BM": 128}, {**full, "BM": 64})
 
 
 def test_sweep_jobs_compile_in_the_shared_pool_lent_to_the_engine(tmp_path, monkeypatch):
