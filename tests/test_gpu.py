@@ -77,6 +77,9 @@ def test_short_gemm_port_verifies_every_measured_trial(tmp_path):
     (dict(BM=256, BN=152, STAGES=4), (3000, 4040, 4104)),
     (dict(BM=256, BN=192, EPI=0, GROUP_M=8), (1000, 1000, 1000)),
     (dict(BM=192, BN=192, CONSUMERS=3, CLUSTER=2), (3000, 4040, 4104)),
+    # B multicast in shares rounded up to whole 8-row atoms (80 + 72 rows; 56 x 3 + 32)
+    (dict(BM=256, BN=152, CLUSTER=2), (3000, 5000, 1000)),
+    (dict(BN=200, CLUSTER=4, PERSIST=0), (1000, 3000, 1000)),
     (dict(BM=192, BN=128, CONSUMERS=3, EPI=1, STREAMK=1), (3000, 4040, 4104)),
 ])
 def test_wgmma_side_by_side_interleaved(config, size):

@@ -60,6 +60,10 @@ CONFIGS += [
          SPLITK=1, STREAMK=0, SWAP=0),
     dict(BM=256, BN=192, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=16, PERSIST=1, CLUSTER=1, EPI=0,
          SPLITK=1, STREAMK=0, SWAP=0),
+    dict(BM=256, BN=152, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=8, PERSIST=1, CLUSTER=2, EPI=3,
+         SPLITK=1, STREAMK=0, SWAP=0),          # B multicast in 80 + 72 rows (80 + 80 loaded)
+    dict(BM=128, BN=200, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=8, PERSIST=0, CLUSTER=4, EPI=3,
+         SPLITK=1, STREAMK=0, SWAP=0),          # 56 + 56 + 56 + 32 rows
     dict(BM=192, BN=192, BK=64, STAGES=4, CONSUMERS=3, GROUP_M=8, PERSIST=1, CLUSTER=2, EPI=3,
          SPLITK=1, STREAMK=0, SWAP=0),
     dict(BM=192, BN=128, BK=64, STAGES=4, CONSUMERS=3, GROUP_M=8, PERSIST=1, CLUSTER=1, EPI=1,
@@ -181,7 +185,10 @@ def test_constraints_reject_oversized_configs():
     assert _feasible(tpl, {**base, "EPI": 1}, size=(4096, 4001, 4096))
     # a cluster multicasts BN / CLUSTER rows of B from each CTA: whole 8-row swizzle atoms
     assert _feasible(tpl, {**base, "BN": 224, "CLUSTER": 2})
-    assert not _feasible(tpl, {**base, "BN": 200, "CLUSTER": 2})         # 100 rows each
+    # (rounded up to whole 8-row atoms: BN = 200 in twos, 104 + 96 rows, the B tile padded to
+    # 208 rows; the last CTA's share must not be empty)
+    assert _feasible(tpl, {**base, "BN": 200, "CLUSTER": 2})
+    assert not _feasible(tpl, {**base, "BN": 16, "CLUSTER": 4, "PERSIST": 0})   # 8+8+8+0 rows
     assert _feasible(tpl, {**base, "BN": 200, "EPI": 3, "STAGES": 5})   # 223 KB of 227
     assert not _feasible(tpl, {**base, "BN": 224, "EPI": 3, "STAGES": 5})
     # the last rows re-cut into pieces: at 4096^3 (512 tiles of 128x256, 3.88 waves) 8 rows in 18

@@ -97,7 +97,13 @@
 // memory-bound small-M shapes like.
 #define KSUB (BK / 64)
 #define A_SUB_BYTES (BM * 128)
-#define B_SUB_BYTES (BN * 128)
+// CLUSTER > 1: each CTA multicasts MC_ROWS rows of B, whole 8-row swizzle atoms (a TMA box
+// swizzled 128 bytes lands 1024-aligned); where BN / CLUSTER is not a multiple of 8 the last
+// CTA's box runs past the tile, so the B tile in smem is CLUSTER * MC_ROWS rows (256 x 152 in
+// clusters of 2: 80 + 80 rows for 152, the last 8 unused)
+#define MC_ROWS ((BN / CLUSTER + 7) / 8 * 8)
+#define BN_SMEM (CLUSTER > 1 ? CLUSTER * MC_ROWS : BN)
+#define B_SUB_BYTES (BN_SMEM * 128)
 #if BK != 64 && BK != 128
 #error "BK must be 64 or 128"
 #endif
@@ -106,7 +112,7 @@
 #define WM (BM / CONSUMERS)          // rows per consumer warpgroup
 #define MT (WM / 64)                 // m64 wgmma tiles per consumer
 #define A_TILE_BYTES (BM * BK * 2)
-#define B_TILE_BYTES (BN * BK * 2)
+#define B_TILE_BYTES (BN_SMEM * BK * 2)
 #define STAGE_BYTES (A_TILE_BYTES + B_TILE_BYTES)
 
 #if WM % 64 != 0
@@ -248,8 +254,8 @@ gemm_wgmma(const bf16_t* __restrict__ A, const bf16_t* __restrict__ B, bf16_t* _
             tma::load_2d(sA + st.stage * A_TILE_BYTES + j * A_SUB_BYTES, mapR, full,
                          kt * BK + 64 * j, tm * BM);
 #if CLUSTER > 1
-            tma::load_2d_mc(sB + st.stage * B_TILE_BYTES + j * B_SUB_BYTES + crank * (B_SUB_BYTES / CLUSTER),
-                            mapC, full, kt * BK + 64 * j, cs + crank * (BN / CLUSTER),
+            tma::load_2d_mc(sB + st.stage * B_TILE_BYTES + j * B_SUB_BYTES + crank * (MC_ROWS * 128),
+                            mapC, full, kt * BK + 64 * j, cs + crank * MC_ROWS,
                             (uint16_t)((1 << CLUSTER) - 1));
 #else
             tma::load_2d(sB + st.stage * B_TILE_BYTES + j * B_SUB_BYTES, wsel ? &tmBp : mapC, full,
