@@ -35,7 +35,7 @@ def templates(templates_dir: Optional[list[Path]] = TplDirOpt):
     table = Table("template", "op", "parameters", "space", "architectures", "folder")
     for name, folder in sorted(discover(templates_dir).items()):
         try:
-            t = load_template(folder)
+            t = load_template(folder, variant=name)
         except PorterError as e:
             table.add_row(name, "-", f"[red]{e}[/red]", "", "", str(folder))
             continue

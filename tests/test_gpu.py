@@ -107,3 +107,42 @@ def test_wgmma_side_by_side_interleaved(config, size):
             assert m.error < 1e-2 and m.baseline and m.baseline_ms > 0 and m.ratio > 0
     finally:
         be.close()
+
+
+@pytest.mark.parametrize("config,size", [
+    (dict(), (4096, 4096, 4096)),                                    # TMA-stored epilogue
+    (dict(EPI=0, STREAMK=1), (1000, 1000, 1024)),                   # direct stores, stream-K
+    (dict(BM=64, BN=16, STAGES=8, CONSUMERS=1, SWAP=1, EPI=0), (16, 4096, 4096)),
+])
+def test_wgmma_f16_against_torch_matmul(config, size):
+    """Hopper only: gemm_wgmma_f16 (DTYPE=1) measured as a port measures it, verified against
+    the fp32 reference of its fp16 inputs, and no less accurate than torch.matmul in fp16 on
+    inputs of the same kind."""
+    from porter.spec.arch import get_arch
+    from porter.measure.backends.gpu import GpuBackend
+    from porter.build.compile import compile_variant
+    from porter.measure.ops import get_op
+    from porter.spec.template import find_template
+    import cupy
+    import torch
+    if cupy.cuda.Device().compute_capability != "90":
+        pytest.skip("needs sm_90a")
+    tpl, arch = find_template("gemm_wgmma_f16"), get_arch("sm_90a")
+    cfg = {**tpl.start_configs()[0], **config}
+    compiled = compile_variant(tpl, cfg, arch)
+    assert compiled.ok, compiled.log
+    be = GpuBackend(timeout_s=10)
+    be.fresh_baseline = True
+    try:
+        out = be.measure(tpl, arch, cfg, compiled, [size])
+    finally:
+        be.close()
+    assert out.status == "measured", out.message
+    m = out.measurements[0]
+    assert m.baseline and m.baseline_ms > 0 and m.ratio > 0
+    op = get_op("gemm_f16")
+    state = op.setup(size, seed=0)
+    a, b, c = (torch.from_dlpack(state[k]) for k in "ABC")
+    torch.matmul(a, b.T, out=c)
+    torch_err = op.error(state)
+    assert m.error < 1e-2 and m.error <= 2 * torch_err + 1e-4, (m.error, torch_err)

@@ -63,6 +63,18 @@ USES = {
         for (int i = 0; i < 4; ++i) d[i] += e[i];
         for (int i = 0; i < 100; ++i) d[i] += f[i];
         for (int i = 0; i < 116; ++i) out[i] = __float_as_uint(d[i]);""",
+    "wgmma_f16.cuh": """
+        // the fp16 twin of wgmma_bf16.cuh (the same generator): operands from memory
+        const uint64_t da = out[0] | (uint64_t)out[1] << 32, db = out[2];
+        float d[128], e[4];
+        for (int i = 0; i < 128; ++i) d[i] = __uint_as_float(out[i]);
+        for (int i = 0; i < 4; ++i) e[i] = d[i + 8];
+        uint32_t a[4];
+        for (int i = 0; i < 4; ++i) a[i] = out[200 + i];
+        hopper::wgmma_f16<256, 0>::ss_acc(d, da, db);
+        hopper::wgmma_f16<8, 1>::rs(e, a, db, (int)out[4]);
+        for (int i = 0; i < 4; ++i) d[i] += e[i];
+        for (int i = 0; i < 128; ++i) out[i] = __float_as_uint(d[i]);""",
     "wgmma_fp8.cuh": """
         // operands from memory, as in a kernel (see wgmma_bf16.cuh's use)
         const uint64_t da = out[0] | (uint64_t)out[1] << 32, db = out[2];
@@ -170,13 +182,21 @@ def test_header_compiles_alone_for_sm90a(header):
     assert cubin and "warning" not in log.replace("Remark", ""), log
 
 
-def test_generated_wgmma_header_matches_its_generator(tmp_path):
-    text = (HOPPER / "wgmma_bf16.cuh").read_text()
-    marker = "// The generator (python3 gen.py > wgmma_bf16.cuh):\n"
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+def test_generated_wgmma_header_matches_its_generator(tmp_path, dtype):
+    # one generator writes both 16-bit headers (its argument names the operand type)
+    text = (HOPPER / f"wgmma_{dtype}.cuh").read_text()
+    marker = f"// The generator (python3 gen.py {dtype} > wgmma_{dtype}.cuh):\n"
     assert marker in text
     gen = "".join(line[3:] if line.startswith("// ") else line[2:]
                   for line in text.split(marker, 1)[1].splitlines(keepends=True))
     (tmp_path / "gen.py").write_text(gen.rstrip("\n") + "\n")
-    out = subprocess.run([sys.executable, "gen.py"], cwd=tmp_path, capture_output=True,
+    out = subprocess.run([sys.executable, "gen.py", dtype], cwd=tmp_path, capture_output=True,
                          text=True, check=True).stdout
     assert out.rstrip("\n") == text.rstrip("\n")
+
+
+def test_wgmma_headers_share_one_generator():
+    gens = [(HOPPER / f"wgmma_{t}.cuh").read_text().split("// The generator", 1)[1]
+            .split("\n", 1)[1] for t in ("bf16", "f16")]
+    assert gens[0] == gens[1]

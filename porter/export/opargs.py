@@ -49,6 +49,13 @@ _BUILTIN = {
                     Arg("C", "bf16_t*", "ptr"), Arg("M", "int", "int"), Arg("N", "int", "int"),
                     Arg("K", "int", "int"), Arg("workspace", "void*", "workspace")),
                    {"A": ("M", "K"), "B": ("N", "K"), "C": ("M", "N")}, "C"),
+    # porter/measure/ops/gemm.py's GemmF16Op: gemm's arguments, fp16 buffers
+    "gemm_f16": OpArgs((Arg("A", "const f16_t*", "ptr"), Arg("B", "const f16_t*", "ptr"),
+                        Arg("C", "f16_t*", "ptr"), Arg("M", "int", "int"),
+                        Arg("N", "int", "int"), Arg("K", "int", "int"),
+                        Arg("workspace", "void*", "workspace")),
+                       {"A": ("M", "K"), "B": ("N", "K"), "C": ("M", "N")}, "C",
+                       dtypes={"A": "float16", "B": "float16", "C": "float16"}),
     "rmsnorm": OpArgs((Arg("x", "const bf16_t*", "ptr"), Arg("w", "const bf16_t*", "ptr"),
                        Arg("y", "bf16_t*", "ptr"), Arg("rows", "int", "int"),
                        Arg("cols", "int", "int"), Arg("eps", "float", "float")),

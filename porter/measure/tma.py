@@ -103,19 +103,33 @@ def tiled_params(ptr: int, dims: Sequence[int], strides_bytes: Sequence[int],
 _DTYPES = {2: "BFLOAT16", 1: "UINT8", 4: "FLOAT32"}   # by element bytes (UINT8: fp8 too)
 
 
-def encode_tiled(ptr: int, dims: Sequence[int], strides_bytes: Sequence[int],
-                 box: Sequence[int], swizzle: int = 128, elem_bytes: int = 2) -> bytes:
-    """A rank-N tensor map (arguments as `tiled_params`) of bf16 elements, or with elem_bytes
-    1 of bytes (fp8: TMA only copies them) or 4 of fp32; interleave none, L2 promotion 256 B,
-    out-of-bounds elements read as zero and stores clip at the edges. Returns the descriptor's
-    128 bytes. `encode_tiled_2d` is the row-major bf16 matrix case."""
+def data_type(elem_bytes: int = 2, dtype: str | None = None) -> tuple[str, int]:
+    """(CUtensorMapDataType name without its prefix, bytes per element): by `dtype` where given
+    (a name of porter.export.runtime_py's TMA_DTYPES or an alias: "float16", "fp16", "bf16",
+    ...), else by element size (2 bytes: BFLOAT16). ValueError (one line) for neither."""
+    if dtype is not None:
+        from porter.export.runtime_py import tma_dtype
+        _, name, _, size = tma_dtype(dtype)
+        return name, size
     if elem_bytes not in _DTYPES:
         raise ValueError(f"element size must be one of {sorted(_DTYPES)} bytes, not {elem_bytes}")
+    return _DTYPES[elem_bytes], elem_bytes
+
+
+def encode_tiled(ptr: int, dims: Sequence[int], strides_bytes: Sequence[int],
+                 box: Sequence[int], swizzle: int = 128, elem_bytes: int = 2,
+                 dtype: str | None = None) -> bytes:
+    """A rank-N tensor map (arguments as `tiled_params`) of bf16 elements, or with elem_bytes
+    1 of bytes (fp8: TMA only copies them) or 4 of fp32, or of the element type `dtype` names
+    (it sets the size too: "float16" is FLOAT16, 2 bytes); interleave none, L2 promotion 256 B,
+    out-of-bounds elements read as zero and stores clip at the edges. Returns the descriptor's
+    128 bytes. `encode_tiled_2d` is the row-major bf16 matrix case."""
+    type_name, elem_bytes = data_type(elem_bytes, dtype)
     p = tiled_params(ptr, dims, strides_bytes, box, swizzle, elem_bytes)
     drv = _driver()
     u64, u32 = drv.cuuint64_t, drv.cuuint32_t
     tmap = _check(drv.cuTensorMapEncodeTiled(
-        getattr(drv.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{_DTYPES[elem_bytes]}"),
+        getattr(drv.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{type_name}"),
         p["rank"],
         p["ptr"],
         [u64(d) for d in p["dims"]],

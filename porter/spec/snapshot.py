@@ -150,20 +150,21 @@ def materialize(hash_: str, blob: bytes) -> Path:
     return dest
 
 
-def load_snapshot(hash_: str, blob: bytes):
-    """The Template a snapshot holds, compiled against the headers it carries."""
+def load_snapshot(hash_: str, blob: bytes, variant: str | None = None):
+    """The Template a snapshot holds, compiled against the headers it carries; variant: the
+    name of one of its [variants] (porter.spec.variants), else the base."""
     from porter.spec.template import load_template
     folder = materialize(hash_, blob)
     inc = folder / INCLUDE_PREFIX.rstrip("/")
     return load_template(folder, include_dir=inc if inc.is_dir() else None,
-                         source_hash=hash_)
+                         source_hash=hash_, variant=variant)
 
 
 def job_template(store, job):
-    """The Template a job owns (job: a JobInfo or a job id)."""
+    """The Template a job owns (job: a JobInfo or a job id), the variant its name says."""
     info = store.get_job(job) if isinstance(job, int) else job
     blob = store.template_snapshot(info.template_hash)
-    return load_snapshot(info.template_hash, blob)
+    return load_snapshot(info.template_hash, blob, variant=info.spec.template)
 
 
 def job_parts(store, job):

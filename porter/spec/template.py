@@ -23,7 +23,7 @@ BUILTIN_DIR = Path(__file__).resolve().parents[2] / "search_spaces"
 INCLUDE_DIR = Path(__file__).resolve().parents[1] / "include"
 
 _TOP_KEYS = {"template", "sizes", "params", "constraints", "launch", "metrics", "verify",
-             "tensor_maps", "resources", "seeds", "op"}
+             "tensor_maps", "resources", "seeds", "op", "variants"}
 _TEMPLATE_KEYS = {"name", "op", "version", "source", "kernel", "requires", "archs",
                   "description", "options"}
 
@@ -218,9 +218,10 @@ def _exprs(value, what: str, n: int | None = None) -> tuple[Expr, ...]:
 
 
 def load_template(folder: str | Path, include_dir: Path | None = None,
-                  source_hash: str | None = None) -> Template:
+                  source_hash: str | None = None, variant: str | None = None) -> Template:
     """Parses one template folder; every problem becomes a TemplateError naming what to fix.
-    source_hash: the folder's snapshot hash (porter.spec.snapshot), computed when not given."""
+    source_hash: the folder's snapshot hash (porter.spec.snapshot), computed when not given.
+    variant: one of its [variants] (porter.spec.variants); any other name gives the base."""
     folder = Path(folder)
     space_path = folder / "space.toml"
     if not space_path.is_file():
@@ -326,7 +327,8 @@ def load_template(folder: str | Path, include_dir: Path | None = None,
         raise TemplateError(f"template {name!r}: [sizes] needs at least one default size")
     object.__setattr__(tpl, "default_sizes", defaults)
     _check_names(tpl)
-    return tpl
+    from porter.spec.variants import select
+    return select(tpl, raw, variant)
 
 
 def _snapshot_hash(folder: Path) -> str:
@@ -374,17 +376,17 @@ def template_dirs() -> list[Path]:
 
 
 def discover(extra_dirs: list[Path] | None = None) -> dict[str, Path]:
-    """Template name -> folder, over the built-in folder, PORTER_TEMPLATES and extra_dirs."""
+    """Template name -> folder, over the built-in folder, PORTER_TEMPLATES and extra_dirs (a
+    [variants] name -> its folder)."""
+    from porter.spec.variants import names
     found: dict[str, Path] = {}
     for d in template_dirs() + list(extra_dirs or []):
         if not d.is_dir():
             continue
-        if (d / "space.toml").is_file():
-            found.setdefault(d.name, d)
-            continue
-        for sub in sorted(d.iterdir()):
+        for sub in [d] if (d / "space.toml").is_file() else sorted(d.iterdir()):
             if (sub / "space.toml").is_file():
-                found.setdefault(sub.name, sub)
+                for name in (sub.name, *names(sub / "space.toml")):   # and its [variants]
+                    found.setdefault(name, sub)
     return found
 
 
@@ -396,4 +398,4 @@ def find_template(name_or_path: str, extra_dirs: list[Path] | None = None) -> Te
     if name_or_path not in found:
         raise TemplateError(f"unknown template {name_or_path!r}; known: "
                             f"{', '.join(sorted(found)) or 'none'}")
-    return load_template(found[name_or_path])
+    return load_template(found[name_or_path], variant=name_or_path)

@@ -1,4 +1,6 @@
 // gemm_wgmma: bf16 GEMM for Hopper (sm_90a). C[M,N] = A[M,K] * B[N,K]^T, fp32 accumulation.
+// DTYPE=1 (the gemm_wgmma_f16 variant of space.toml: op gemm_f16) makes A, B and C fp16: the
+// MMAs become .f16 ones and the epilogues convert to fp16; nothing else changes.
 //
 // Layout of one CTA: warpgroup 0 is the producer (one elected thread issues TMA loads of A and B
 // tiles into a STAGES-deep shared-memory ring, completion on "full" mbarriers); warpgroups
@@ -84,6 +86,12 @@
 #if CLUSTER != 1 && CLUSTER != 2 && CLUSTER != 4
 #error "CLUSTER must be 1, 2 or 4"
 #endif
+#ifndef DTYPE
+#define DTYPE 0        // the element type of A, B and C: 0 bf16, 1 fp16
+#endif
+#if DTYPE != 0 && DTYPE != 1
+#error "DTYPE must be 0 (bf16) or 1 (fp16)"
+#endif
 #ifndef TAILW
 #define TAILW 0        // > 0 (persistent): the last rows of tiles are re-cut along N into pieces
 #endif                 // TAILW or TAILW + 8 wide, as many as fill the last wave (no fix-up)
@@ -136,6 +144,11 @@
 #endif
 
 using namespace hopper;
+#if DTYPE == 1
+typedef f16_elem Elem;   // MMA and epilogue conversions (porter.cuh, wgmma.cuh)
+#else
+typedef bf16_elem Elem;
+#endif
 using Sched = TileScheduler<CLUSTER, PERSIST, SPLITK, STREAMK>;
 template <int V> struct IntC { enum { value = V }; };
 
@@ -181,7 +194,7 @@ __device__ __forceinline__ void place(int u, int tiles_m, int tiles_n, const Rec
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
-gemm_wgmma(const bf16_t* __restrict__ A, const bf16_t* __restrict__ B, bf16_t* __restrict__ C,
+gemm_wgmma(const uint16_t* __restrict__ A, const uint16_t* __restrict__ B, uint16_t* __restrict__ C,
            int M, int N, int K, void* workspace,
            const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
            const __grid_constant__ CUtensorMap tmC,     // tmC: used by EPI=2/3 only
@@ -296,9 +309,9 @@ gemm_wgmma(const bf16_t* __restrict__ A, const bf16_t* __restrict__ B, bf16_t* _
           const auto st = Cursor<STAGES>::at(it);
           ring.wait(st);
           wgmma::fence();
-          wgmma::mma_ss_k_tiles<WD, BK / 16, MT>(acc, sA + st.stage * A_TILE_BYTES + c * (WM * 128),
-                                                 64 * 128, A_SUB_BYTES,
-                                                 sB + st.stage * B_TILE_BYTES, B_SUB_BYTES);
+          wgmma::mma_ss_k_tiles<WD, BK / 16, MT, Elem>(
+              acc, sA + st.stage * A_TILE_BYTES + c * (WM * 128), 64 * 128, A_SUB_BYTES,
+              sB + st.stage * B_TILE_BYTES, B_SUB_BYTES);
           wgmma::commit();
           fence_acc();
           if (kt > w.kb) {   // the previous stage's MMAs have retired: free it
@@ -347,7 +360,7 @@ gemm_wgmma(const bf16_t* __restrict__ A, const bf16_t* __restrict__ B, bf16_t* _
         for (int i = 0; i < BN / 2; ++i) {
           const int r = row + 8 * ((i / 2) % 2);
           const int col = col0 + (i / 4) * 8 + (i % 2);
-          if (r < N && col < M) C[(size_t)col * N + r] = float_to_bf16(acc[mt][i]);
+          if (r < N && col < M) C[(size_t)col * N + r] = Elem::from_float(acc[mt][i]);
         }
       }
 #elif EPI >= 2
@@ -376,7 +389,8 @@ gemm_wgmma(const bf16_t* __restrict__ A, const bf16_t* __restrict__ B, bf16_t* _
             for (int bx = 0; bx < GB; ++bx) {
               if (g * GB + bx >= WD / 64) continue;
               const int box = EPI == 2 ? mt * (BN / 64) + g * GB + bx : bx;
-              epi::stmatrix_box_sw128(cbuf + box * BOX + r * 128, r, jsel, acc[mt], (g * GB + bx) * 8);
+              epi::stmatrix_box_sw128<Elem>(cbuf + box * BOX + r * 128, r, jsel, acc[mt],
+                                            (g * GB + bx) * 8);
             }
             fence_proxy_async();      // visible to TMA
             named_sync(1 + c, 128);   // buffer full
@@ -392,7 +406,7 @@ gemm_wgmma(const bf16_t* __restrict__ A, const bf16_t* __restrict__ B, bf16_t* _
             }
           }
           if constexpr (WD % 64 != 0)   // the columns past the last whole box
-            epi::store_cols<WD / 64 * 8, WD / 8>(acc[mt], C,
+            epi::store_cols<WD / 64 * 8, WD / 8, Elem>(acc[mt], C,
                                                  tm * BM + c * WM + mt * 64 + warp * 16 + lane / 4,
                                                  col0, M, N);
         }
@@ -411,12 +425,12 @@ gemm_wgmma(const bf16_t* __restrict__ A, const bf16_t* __restrict__ B, bf16_t* _
         const bool full_tile = (tm + 1) * BM <= M && (tn + 1) * BN <= N && (N % 2 == 0);
 #if EPI == 1
         if (full_tile && N % 8 == 0)
-          epi::store_staged<EPI_W, BN>(acc[mt], C, sC + c * EPI_BUF_BYTES, 1 + c, tid,
-                                       row0 + mt * 64, tn * BN, row, col0, M, N);
+          epi::store_staged<EPI_W, BN, Elem>(acc[mt], C, sC + c * EPI_BUF_BYTES, 1 + c, tid,
+                                             row0 + mt * 64, tn * BN, row, col0, M, N);
         else
 #endif
-        if (full_tile) epi::store_pairs<BN / 8>(acc[mt], C, row, col0, N);
-        else epi::store_cols<0, BN / 8>(acc[mt], C, row, col0, M, N);   // every column checked
+        if (full_tile) epi::store_pairs<BN / 8, Elem>(acc[mt], C, row, col0, N);
+        else epi::store_cols<0, BN / 8, Elem>(acc[mt], C, row, col0, M, N);   // all checked
       }
 #endif
     }

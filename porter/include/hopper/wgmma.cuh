@@ -1,6 +1,6 @@
 // hopper/wgmma.cuh: warpgroup MMAs on swizzled shared-memory tiles (sm_90a).
 //
-// Tiles are stored as TMA writes them with a 128-byte swizzle: rows of 64 bf16 (128 bytes),
+// Tiles are stored as TMA writes them with a 128-byte swizzle: rows of 64 bf16 / fp16 (128 bytes),
 // 16-byte chunk q of row r at (q ^ r % 8) * 16, atoms of 8 rows (1024 bytes, 1024-aligned).
 // A tile wider than 64 elements along its contiguous dimension is several such boxes.
 //   K-major operand (Q, K: rows are M / N, the 64 contiguous elements are K): one box covers
@@ -15,9 +15,17 @@
 #pragma once
 #include "porter.cuh"
 #include "hopper/wgmma_bf16.cuh"
+#include "hopper/wgmma_f16.cuh"
 #include "hopper/wgmma_fp8.cuh"
 
 namespace hopper {
+
+// The m64nNk16 MMAs by 16-bit operand type (porter.cuh's tags): bf16 or fp16, same operands,
+// same fp32 accumulators.
+template <typename E, int kN, int kTB> struct wgmma_16;
+template <int kN, int kTB> struct wgmma_16<bf16_elem, kN, kTB> : wgmma_bf16<kN, kTB> {};
+template <int kN, int kTB> struct wgmma_16<f16_elem, kN, kTB> : wgmma_f16<kN, kTB> {};
+
 namespace wgmma {
 
 // K-major, 128B swizzle: 8-row groups 1024 bytes apart (stride byte offset); the leading byte
@@ -57,22 +65,23 @@ __device__ __forceinline__ void fence_regs(uint32_t* d) {
 }
 
 // D[64 x N] (+)= A[64 x 16*kSteps] B, A and B K-major 128B-swizzled boxes of 64 along K:
-// a0 / b0 address the first box, the next boxes lie a_box / b_box bytes further.
-template <int kN, int kSteps>
+// a0 / b0 address the first box, the next boxes lie a_box / b_box bytes further. E: the operands'
+// type (bf16_elem, f16_elem).
+template <int kN, int kSteps, typename E = bf16_elem>
 __device__ __forceinline__ void mma_ss_k(float* d, uint32_t a0, uint32_t a_box, uint32_t b0,
                                          uint32_t b_box, bool accumulate) {
 #pragma unroll
   for (int kk = 0; kk < kSteps; ++kk) {
     const uint32_t off = (kk % 4) * 32;
-    wgmma_bf16<kN, 0>::ss(d, desc_k_sw128(a0 + (kk / 4) * a_box + off),
+    wgmma_16<E, kN, 0>::ss(d, desc_k_sw128(a0 + (kk / 4) * a_box + off),
                          desc_k_sw128(b0 + (kk / 4) * b_box + off), (accumulate || kk > 0) ? 1 : 0);
   }
 }
 
 // kMT m64 tiles of A (a_tile bytes apart) against one B: D[t][64 x N] += A_t B, the MMAs of
 // each k16 step issued back to back for every tile (B's descriptor made once a step). Always
-// accumulates (zero D first).
-template <int kN, int kSteps, int kMT, int kRegs>
+// accumulates (zero D first). E: the operands' type (bf16_elem, f16_elem).
+template <int kN, int kSteps, int kMT, typename E = bf16_elem, int kRegs>
 __device__ __forceinline__ void mma_ss_k_tiles(float (*d)[kRegs], uint32_t a0, uint32_t a_tile,
                                                uint32_t a_box, uint32_t b0, uint32_t b_box) {
   static_assert(kN / 2 <= kRegs, "the accumulator rows hold N / 2 floats");
@@ -82,7 +91,7 @@ __device__ __forceinline__ void mma_ss_k_tiles(float (*d)[kRegs], uint32_t a0, u
     const uint64_t db = desc_k_sw128(b0 + (kk / 4) * b_box + off);
 #pragma unroll
     for (int t = 0; t < kMT; ++t)
-      wgmma_bf16<kN, 0>::ss_acc(d[t], desc_k_sw128(a0 + (kk / 4) * a_box + t * a_tile + off), db);
+      wgmma_16<E, kN, 0>::ss_acc(d[t], desc_k_sw128(a0 + (kk / 4) * a_box + t * a_tile + off), db);
   }
 }
 
