@@ -111,8 +111,7 @@ class Template:
             yield dict(zip(names, values))
 
     def complete(self, config: Mapping[str, Any]) -> dict[str, Any]:
-        """`config` with the parameters it lacks at their defaults (the first value): what a
-        configuration recorded before the template gained a parameter ran as."""
+        """`config` with the parameters it lacks at their defaults (as recorded before them)."""
         return {n: config.get(n, v[0]) for n, v in self.params.items()}
 
     def config_key(self, config: Mapping[str, Any]) -> str:
