@@ -26,8 +26,8 @@ N_SEEDS = 16              # warm-start configurations per shape: the nearest tun
 N_VARY = 8                # best ones, then this many neighbours of the best along VARY
 VARY = ("BN", "STREAMK", "TAILW", "BM", "CLUSTER", "SPLITK", "EPI", "STAGES")
 ALIGN = (0.0, 0.0, 1.0)   # K's row alignment counts in the distance between shapes (seed_check)
-N_WAVE = 4                # of those, this many tile shapes / splits of the best seed that fill
-WAVE_VARY = ("BM", "BN", "SPLITK")   # the waves better (space.toml's [launch] tiles, tile_cost)
+N_WAVE = 4                # of those, this many tile shapes / splits / clusters of the best seed
+WAVE_VARY = ("BM", "BN", "SPLITK", "CLUSTER")   # that fill the waves better ([launch] tile_cost)
 COMPILE_WORKERS = 12      # one compile pool for the whole sweep, lent to every shape's job
 AHEAD = 6                 # (a pool per job costs ~1 s of spawning); at most AHEAD in flight
 
@@ -87,13 +87,14 @@ def sweep_seeds(tpl, arch, shape, tuned: list[Tuned]) -> list[dict]:
     the sweep's policy), each feasible at that shape on `arch`."""
     shape = tuple(shape)
 
-    def feasible(cfg):
-        return static_check(tpl, arch, cfg, [shape]) is None
+    def feasible(cfg, size=None):
+        return static_check(tpl, arch, cfg, [tuple(size or shape)]) is None
 
     def cost(cfg):
         return tpl.wave_cost(cfg, arch, shape)
     return seeds_for(shape, tuned, tpl.params, feasible, N_SEEDS, vary=VARY, n_vary=N_VARY,
-                     align=ALIGN, cost=cost, wave_vary=WAVE_VARY, n_wave=N_WAVE)
+                     align=ALIGN, cost=cost, wave_vary=WAVE_VARY, n_wave=N_WAVE,
+                     feasible_at=feasible)
 
 
 def size_text(shape) -> str:

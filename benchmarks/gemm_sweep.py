@@ -184,7 +184,11 @@ def plan(args) -> None:
     from porter.spec.template import find_template
     tpl, arch = find_template("gemm_wgmma"), get_arch("sm_90a")
     tuned = tuned_sources() + (other_gpu_sources(args.warm_from) if args.warm_from else [])
-    for cat, *shape in order(select(args), tuned):
+    shapes = order(select(args), tuned)
+    if args.merge:   # as a run would: the merged file's shapes are sources too
+        tuned += [t for t in map(sweep_tuned, json.loads(Path(args.merge).read_text())[
+            "records"]) if t]
+    for cat, *shape in shapes:
         seeds = sweep_seeds(tpl, arch, shape, tuned)
         print(f"{cat:12s} {'x'.join(map(str, shape)):>18s} {len(seeds):2d} seeds:")
         for c in seeds:

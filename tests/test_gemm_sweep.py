@@ -93,6 +93,26 @@ def test_seeds_for_a_ragged_n_are_feasible_and_keep_the_tile():
     assert (seeds[0]["BM"], seeds[0]["BN"]) == (128, 256)
 
 
+def test_a_seed_gets_back_what_its_source_size_ruled_out():
+    """A seed from 2999x4004x1000 (N % 8 != 0: no TMA-stored epilogue, so EPI=0 won there)
+    starts 3000x5000x1000 with EPI=3 again (it measured 0.70 of cuBLAS there with EPI=0, 0.91
+    with EPI=3); a value its source could have had and did not take (GROUP_M=4, CLUSTER=2) is
+    kept, and without feasible_at nothing changes."""
+    from porter.search.warm import unforce
+    tpl, arch = find_template("gemm_wgmma"), get_arch("sm_90a")
+    src, dst = (2999, 4004, 1000), (3000, 5000, 1000)
+
+    def feasible(c, size=None):
+        return static_check(tpl, arch, c, [tuple(size or dst)]) is None
+    cfg = {**{n: v[0] for n, v in tpl.params.items()}, "GROUP_M": 4, "CLUSTER": 2, "EPI": 0}
+    assert feasible(cfg, src) and not feasible({**cfg, "EPI": 3}, src)
+    assert unforce(cfg, tpl.params, src, feasible) == {**cfg, "EPI": 3}
+    assert unforce(cfg, tpl.params, dst, feasible) == cfg          # free at its source: kept
+    tuned = [Tuned(src, (cfg,), "t")]
+    assert seeds_for(dst, tuned, tpl.params, feasible, 1, feasible_at=feasible)[0]["EPI"] == 3
+    assert seeds_for(dst, tuned, tpl.params, feasible, 1)[0]["EPI"] == 0
+
+
 def test_variants_step_along_the_tile_and_schedule_first():
     """The best seed's neighbours, one parameter away: round robin over the parameters named,
     nearest values first, each repaired with the varied parameter kept."""
@@ -120,22 +140,36 @@ def test_wave_variants_pick_the_tile_that_fills_the_multiprocessors():
     tpl = find_template("gemm_wgmma")
     best = {n: v[0] for n, v in tpl.params.items()}
 
-    def first(shape, config, arch=get_arch("sm_90a")):
+    def firsts(shape, config, arch=get_arch("sm_90a"), vary=("BM", "BN", "SPLITK")):
         ok = lambda c: static_check(tpl, arch, c, [shape]) is None   # noqa: E731
         cost = lambda c: tpl.wave_cost(c, arch, shape)              # noqa: E731
-        vs = wave_variants(config, tpl.params, ok, cost, ("BM", "BN", "SPLITK"), 4)
+        vs = wave_variants(config, tpl.params, ok, cost, vary, 4)
         assert vs and all(ok(v) and cost(v) < cost(config) for v in vs)
         assert [cost(v) for v in vs] == sorted(cost(v) for v in vs)
-        return vs[0]
+        return vs
+
+    def first(shape, config, arch=get_arch("sm_90a")):
+        return firsts(shape, config, arch)[0]
 
     v = first((1536, 1536, 1536), {**best, "BN": 192})
     assert (v["BM"], v["BN"], v["SPLITK"]) == (128, 144, 1)
-    v = first((256, 5120, 5120), {**best, "BN": 128})
-    assert (v["BM"], v["BN"], v["SPLITK"]) == (128, 80, 1)
+    # 256x5120x5120: 128 x 80 (measured 0.99 of cuBLAS) and 64 x 160 (0.96) make 128 tiles
+    # where 128 x 128 makes 80; both come before the split along K (0.67-0.75)
+    vs = firsts((256, 5120, 5120), {**best, "BN": 128})
+    top = [(v["BM"], v["BN"], v["SPLITK"]) for v in vs[:3]]
+    assert (128, 80, 1) in top and (64, 160, 1) in top and top[-1] != (128, 160, 2)
     assert first((1024, 1024, 32768), best)["SPLITK"] > 1
     assert tpl.wave_cost(best, get_arch("sm_90a"), (8192, 8192, 8192)) is not None
     h100 = get_arch("sm_90a").with_sms(114)
     assert (first((1536, 1536, 1536), {**best, "BN": 192}, h100)["BN"]) != 144
+    # with CLUSTER varied too: a cluster multicasting B halves a CTA's B reads from L2 (at
+    # 3000x5000x1000, K rows off 128-byte lines: 55 us in clusters of 2, 89 us without; ncu),
+    # and 256 x 192 in clusters of 2 fills 10 whole waves at 7000x9000x3000 (0.93 of cuBLAS
+    # where 128 x 256 reads 0.90; gemm_probe_weak2_h200.json)
+    vs = firsts((3000, 5000, 1000), best, vary=("BM", "BN", "SPLITK", "CLUSTER"))
+    assert all(v["CLUSTER"] > 1 for v in vs)
+    vs = firsts((7000, 9000, 3000), best, vary=("BM", "BN", "SPLITK", "CLUSTER"))
+    assert (256, 192, 2) in [(v["BM"], v["BN"], v["CLUSTER"]) for v in vs]
 
 
 def test_tuned_records_fill_new_parameters_and_skip_removed_ones():

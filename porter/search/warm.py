@@ -59,12 +59,13 @@ def _twos(x: int) -> int:
 
 def nearest_seeds(size: Sequence[int], tuned: Iterable[Tuned], n: int = 16,
                   weights: Sequence[float] | None = None, per_source: int = 4,
-                  exclude_size: bool = True, align: Sequence[float] | None = None
-                  ) -> list[dict]:
+                  exclude_size: bool = True, align: Sequence[float] | None = None,
+                  sources: list | None = None) -> list[dict]:
     """Up to n configurations for `size`, best guess first (see the module's docstring).
     exclude_size: a source of exactly this size is left out (a sweep re-porting a size must
     not start from its own answer), unless it was tuned on another GPU (Tuned.other_gpu: a port
-    to a new GPU starts from the old GPU's answer for the same size)."""
+    to a new GPU starts from the old GPU's answer for the same size). sources: a list that
+    gets each returned configuration's source size, in the same order."""
     items = []
     for t in tuned:
         if exclude_size and not t.other_gpu and tuple(t.size) == tuple(size):
@@ -73,14 +74,16 @@ def nearest_seeds(size: Sequence[int], tuned: Iterable[Tuned], n: int = 16,
         if not math.isfinite(d):
             continue
         for rank, cfg in enumerate(t.configs[:per_source]):
-            items.append((d + RANK_COST * rank, rank, t.source, cfg))
+            items.append((d + RANK_COST * rank, rank, t.source, cfg, tuple(t.size)))
     items.sort(key=lambda x: (x[0], x[1], x[2]))
     out, seen = [], set()
-    for _, _, _, cfg in items:
+    for _, _, _, cfg, src in items:
         key = tuple(sorted(cfg.items()))
         if key not in seen:
             seen.add(key)
             out.append(dict(cfg))
+            if sources is not None:
+                sources.append(src)
         if len(out) >= n:
             break
     return out
@@ -90,23 +93,48 @@ def repair(config: Mapping[str, Any], params: Mapping[str, Sequence],
            feasible: Callable[[dict], bool], max_changes: int = MAX_CHANGES,
            keep: Sequence[str] = ()) -> dict | None:
     """`config` if feasible, else the feasible configuration that differs from it in the
-    fewest parameters (at most max_changes; never those in `keep`), trying the template's last
-    parameters first and each one's values in the template's order; None if there is none
-    that close."""
+    fewest parameters (at most max_changes; never those in `keep`) and, among those, moves
+    them the fewest steps along the template's value orders (256 x 192 tiles that overflow
+    shared memory lose a pipeline stage, STAGES 4 -> 3, one step, rather than the TMA-stored
+    epilogue, EPI 3 -> 0, two), ties going to the template's last parameters first and each
+    one's values in the template's order; None if there is none that close."""
     cfg = {k: config[k] for k in params if k in config}
     if len(cfg) != len(params):
         return None
     if feasible(dict(cfg)):
         return dict(cfg)
     names = [p for p in list(params)[::-1] if p not in keep]
+    pos = {p: {v: i for i, v in enumerate(params[p])} for p in names}
     for k in range(1, max_changes + 1):
+        cands = []
         for group in itertools.combinations(names, k):
             choices = [[v for v in params[p] if v != cfg[p]] for p in group]
             for values in itertools.product(*choices):
-                trial = {**cfg, **dict(zip(group, values))}
-                if feasible(trial):
-                    return trial
+                steps = sum(abs(pos[p][v] - pos[p].get(cfg[p], 0)) for p, v in zip(group, values))
+                cands.append((steps, len(cands), group, values))
+        for _, _, group, values in sorted(cands, key=lambda c: (c[0], c[1])):
+            trial = {**cfg, **dict(zip(group, values))}
+            if feasible(trial):
+                return trial
     return None
+
+
+def unforce(config: Mapping[str, Any], params: Mapping[str, Sequence], source: Sequence[int],
+            feasible_at: Callable[[dict, Sequence[int]], bool]) -> dict:
+    """`config` with each parameter that its source size forced off the template's first
+    (preferred) value set back to it where that is feasible again: a seed from a size with
+    N % 8 != 0 ran the plain epilogue because the TMA store was ruled out there, not because it
+    won, and a new size with N % 8 == 0 should start from the TMA store. A value its source
+    could have had and did not take is kept."""
+    cfg = dict(config)
+    for p, values in params.items():
+        first = values[0]
+        if p not in cfg or cfg[p] == first:
+            continue
+        trial = {**cfg, p: first}
+        if not feasible_at(trial, source) and feasible_at(trial, None):
+            cfg = trial
+    return cfg
 
 
 def variants(config: Mapping[str, Any], params: Mapping[str, Sequence],
@@ -147,7 +175,7 @@ def wave_variants(config: Mapping[str, Any], params: Mapping[str, Sequence],
         return []
     vary = [p for p in vary if p in params and p in config]
     found: dict[tuple, tuple[float, dict]] = {}
-    for k in (1, 2):
+    for k in (1, 2, 3):
         for group in itertools.combinations(vary, k):
             choices = [[v for v in params[p] if v != config[p]] for p in group]
             for values in itertools.product(*choices):
@@ -155,7 +183,7 @@ def wave_variants(config: Mapping[str, Any], params: Mapping[str, Sequence],
                 c = cost(trial)
                 if c is None or c >= base:
                     continue
-                fixed = repair(trial, params, feasible, 1, keep=group)
+                fixed = repair(trial, params, feasible, 2, keep=group)
                 if fixed is None:
                     continue
                 key = tuple(fixed[p] for p in params)
@@ -170,13 +198,19 @@ def seeds_for(size: Sequence[int], tuned: Iterable[Tuned], params: Mapping[str, 
               weights: Sequence[float] | None = None, vary: Sequence[str] = (),
               n_vary: int = 0, align: Sequence[float] | None = None,
               cost: Callable[[dict], float | None] | None = None,
-              wave_vary: Sequence[str] = (), n_wave: int = 0) -> list[dict]:
+              wave_vary: Sequence[str] = (), n_wave: int = 0,
+              feasible_at: Callable[[dict, Sequence[int] | None], bool] | None = None
+              ) -> list[dict]:
     """What a port of `size` proposes first: nearest_seeds, each repaired for this size
     (feasible(config) judges it), repeats dropped; with `vary`, n_vary of those n are the
     best seed's `variants` along those parameters, after the first n - n_vary - n_wave seeds;
-    with `cost`, n_wave before them are the best seed's `wave_variants` along wave_vary."""
-    near, seen = [], set()
-    for cfg in nearest_seeds(size, tuned, 4 * n, weights, align=align):
+    with `cost`, n_wave before them are the best seed's `wave_variants` along wave_vary.
+    feasible_at(config, size) (None: this size): each seed is first `unforce`d."""
+    near, seen, srcs = [], set(), []
+    cfgs = nearest_seeds(size, tuned, 4 * n, weights, align=align, sources=srcs)
+    for cfg, src in zip(cfgs, srcs):
+        if feasible_at is not None:
+            cfg = unforce(cfg, params, src, feasible_at)
         fixed = repair(cfg, params, feasible)
         if fixed is None:
             continue
