@@ -169,7 +169,7 @@ def test_ctrl_c_interrupts_with_resume_hint(tmp_path):
     porter = [sys.executable, "-m", "porter.cli"]
     data = json.load(gzip.open(REPLAY / "gemm_mma_h200.json.gz", "rt"))
     for e in data["trials"].values():
-        e["gpu_s"] = 0.3
+        e["gpu_s"] = 1.0     # 20 s of held trials: SIGINT lands mid-job even on a loaded CI host
     slow = tmp_path / "slow.json"
     slow.write_text(json.dumps(data))
     db = f"sqlite:///{tmp_path / 'p.db'}"
