@@ -169,15 +169,18 @@ def test_ctrl_c_interrupts_with_resume_hint(tmp_path):
     porter = [sys.executable, "-m", "porter.cli"]
     data = json.load(gzip.open(REPLAY / "gemm_mma_h200.json.gz", "rt"))
     for e in data["trials"].values():
-        e["gpu_s"] = 1.0     # 20 s of held trials: SIGINT lands mid-job even on a loaded CI host
+        e["gpu_s"] = 0.3
     slow = tmp_path / "slow.json"
     slow.write_text(json.dumps(data))
     db = f"sqlite:///{tmp_path / 'p.db'}"
     args = [*porter, "port", "gemm_mma", "--arch", "sm_90a", "--backend", "replay", "--replay",
             str(slow), "--sizes", "4096x4096x4096", "--trials", "20", "--db", db]
     env = dict(os.environ, PORTER_REPLAY_HOLD="1", PORTER_CACHE_DIR=str(tmp_path / "cache"))
+    # SIGINT at its default in the child: a test run started in the background of a
+    # non-interactive shell inherits SIGINT ignored, and Python then installs no handler
     p = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True, cwd=ROOT)
+                         text=True, cwd=ROOT,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     s = open_store(db)
     t0 = time.time()
     while time.time() - t0 < 60:
