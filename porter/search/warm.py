@@ -120,7 +120,7 @@ def repair(config: Mapping[str, Any], params: Mapping[str, Sequence],
 
 
 def unforce(config: Mapping[str, Any], params: Mapping[str, Sequence], source: Sequence[int],
-            feasible_at: Callable[[dict, Sequence[int]], bool]) -> dict:
+            feasible_at: Callable[[dict, Sequence[int] | None], bool]) -> dict:
     """`config` with each parameter that its source size forced off the template's first
     (preferred) value set back to it where that is feasible again: a seed from a size with
     N % 8 != 0 ran the plain epilogue because the TMA store was ruled out there, not because it
@@ -165,9 +165,10 @@ def variants(config: Mapping[str, Any], params: Mapping[str, Sequence],
 def wave_variants(config: Mapping[str, Any], params: Mapping[str, Sequence],
                   feasible: Callable[[dict], bool], cost: Callable[[dict], float | None],
                   vary: Sequence[str], n: int = 4) -> list[dict]:
-    """Up to n configurations one or two parameters of `vary` (the tile shape, a split) away
-    from `config`, each repaired, whose estimated cost (a template's Template.wave_cost: whole
-    waves of tiles times a tile's time) is below config's, cheapest first. A tile tuned for
+    """Up to n configurations one to three parameters of `vary` (the tile shape, a split, a
+    cluster) away from `config`, each repaired (up to two more changes), whose estimated cost
+    (a template's Template.wave_cost: whole waves of tiles times a tile's time) is below
+    config's, cheapest first. A tile tuned for
     another size can leave a ragged last wave or idle multiprocessors here (1536^3 at
     128 x 192: 96 tiles on 132 SMs; 128 x 144: 132); this finds the tile that fits."""
     base = cost(dict(config))
