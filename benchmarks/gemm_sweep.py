@@ -131,6 +131,11 @@ def sweep_tuned(rec: dict, tpl=None) -> Tuned | None:
     return Tuned(tuple(rec["shape"]), tuple(cfgs), "sweep", rec.get("ratio")) if cfgs else None
 
 
+def record_sources(records) -> list[Tuned]:
+    """A results file's records as warm-start sources (those with a usable configuration)."""
+    return [t for t in map(sweep_tuned, records) if t]
+
+
 def roofline_ms(shape, copy_gbps: float) -> float:
     m, n, k = shape
     return max(2 * m * n * k / (BF16_TFLOPS * 1e9), 2 * (m * k + n * k + m * n) / (copy_gbps * 1e6))
@@ -185,9 +190,9 @@ def plan(args) -> None:
     tpl, arch = find_template("gemm_wgmma"), get_arch("sm_90a")
     tuned = tuned_sources() + (other_gpu_sources(args.warm_from) if args.warm_from else [])
     shapes = order(select(args), tuned)
-    if args.merge:   # as a run would: the merged file's shapes are sources too
-        tuned += [t for t in map(sweep_tuned, json.loads(Path(args.merge).read_text())[
-            "records"]) if t]
+    # as a run would: the merged file's shapes are sources too
+    tuned += record_sources(json.loads(Path(args.merge).read_text())["records"]) \
+        if args.merge else []
     for cat, *shape in shapes:
         seeds = sweep_seeds(tpl, arch, shape, tuned)
         print(f"{cat:12s} {'x'.join(map(str, shape)):>18s} {len(seeds):2d} seeds:")
@@ -282,7 +287,7 @@ def main(argv=None):
     deep = {parse_shape(s) for s in args.deep.split(",") if s}
     # the shapes not searched longer first (in sweep order), then the deep ones
     shapes = sorted(order(select(args), tuned), key=lambda s: tuple(s[1:]) in deep)
-    tuned += [t for t in map(sweep_tuned, old) if t]
+    tuned += record_sources(old)
     bw = copy_gbps()
     print(f"device-to-device copy: {bw:.0f} GB/s", flush=True)
     records, skipped = [], []

@@ -59,13 +59,18 @@ def _twos(x: int) -> int:
 
 def nearest_seeds(size: Sequence[int], tuned: Iterable[Tuned], n: int = 16,
                   weights: Sequence[float] | None = None, per_source: int = 4,
-                  exclude_size: bool = True, align: Sequence[float] | None = None,
-                  sources: list | None = None) -> list[dict]:
+                  exclude_size: bool = True, align: Sequence[float] | None = None
+                  ) -> list[dict]:
     """Up to n configurations for `size`, best guess first (see the module's docstring).
     exclude_size: a source of exactly this size is left out (a sweep re-porting a size must
     not start from its own answer), unless it was tuned on another GPU (Tuned.other_gpu: a port
-    to a new GPU starts from the old GPU's answer for the same size). sources: a list that
-    gets each returned configuration's source size, in the same order."""
+    to a new GPU starts from the old GPU's answer for the same size)."""
+    return [cfg for cfg, _ in _nearest(size, tuned, n, weights, per_source, exclude_size, align)]
+
+
+def _nearest(size, tuned, n, weights, per_source=4, exclude_size=True, align=None
+             ) -> list[tuple[dict, tuple]]:
+    """nearest_seeds' configurations, each with the size it was tuned for."""
     items = []
     for t in tuned:
         if exclude_size and not t.other_gpu and tuple(t.size) == tuple(size):
@@ -81,9 +86,7 @@ def nearest_seeds(size: Sequence[int], tuned: Iterable[Tuned], n: int = 16,
         key = tuple(sorted(cfg.items()))
         if key not in seen:
             seen.add(key)
-            out.append(dict(cfg))
-            if sources is not None:
-                sources.append(src)
+            out.append((dict(cfg), src))
         if len(out) >= n:
             break
     return out
@@ -207,9 +210,8 @@ def seeds_for(size: Sequence[int], tuned: Iterable[Tuned], params: Mapping[str, 
     best seed's `variants` along those parameters, after the first n - n_vary - n_wave seeds;
     with `cost`, n_wave before them are the best seed's `wave_variants` along wave_vary.
     feasible_at(config, size) (None: this size): each seed is first `unforce`d."""
-    near, seen, srcs = [], set(), []
-    cfgs = nearest_seeds(size, tuned, 4 * n, weights, align=align, sources=srcs)
-    for cfg, src in zip(cfgs, srcs):
+    near, seen = [], set()
+    for cfg, src in _nearest(size, tuned, 4 * n, weights, align=align):
         if feasible_at is not None:
             cfg = unforce(cfg, params, src, feasible_at)
         fixed = repair(cfg, params, feasible)
