@@ -88,8 +88,8 @@ def _compile(args):
     from porter.build.compile import compile_variant
     from porter.spec.arch import get_arch
     from porter.spec.template import find_template
-    cfg, sms = args
-    tpl = find_template("gemm_wgmma")
+    cfg, sms, template = args
+    tpl = find_template(template)
     c = compile_variant(tpl, cfg, get_arch("sm_90a").with_sms(sms))
     if not c.ok:
         lines = [ln for ln in (c.log or "").splitlines() if "error" in ln] or ["failed"]
@@ -100,12 +100,12 @@ def _compile(args):
     return None
 
 
-def check(items, sms: int) -> dict:
+def check(items, sms: int, template: str = "gemm_wgmma") -> dict:
     """Static check (the space's constraints) and a compile for every probe."""
     from porter.build.check import static_check
     from porter.spec.arch import get_arch
     from porter.spec.template import find_template
-    tpl, arch = find_template("gemm_wgmma"), get_arch("sm_90a").with_sms(sms)
+    tpl, arch = find_template(template), get_arch("sm_90a").with_sms(sms)
     bad, todo = {}, []
     for shape, cfg in items:
         why = static_check(tpl, arch, cfg, [shape])
@@ -116,7 +116,7 @@ def check(items, sms: int) -> dict:
             todo.append((key, cfg))
     uniq = {tpl.config_key(c): c for _, c in todo}
     with ProcessPoolExecutor(min(12, os.cpu_count() or 2)) as ex:
-        errs = dict(zip(uniq, ex.map(_compile, [(c, sms) for c in uniq.values()])))
+        errs = dict(zip(uniq, ex.map(_compile, [(c, sms, template) for c in uniq.values()])))
     for key, cfg in todo:
         if errs[key[1]]:
             bad[key] = f"compile: {errs[key[1]]}"
@@ -129,6 +129,8 @@ def main(argv=None):
     ap.add_argument("--probes", default=None)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--compile-only", action="store_true")
+    ap.add_argument("--template", default="gemm_wgmma",
+                    help="a template folder to probe instead (a changed copy of gemm_wgmma)")
     ap.add_argument("--ncu", action="store_true",
                     help="for a run under Nsight Compute: each kernel launched a few times "
                          "(one timing repeat), not timed for a figure")
@@ -136,7 +138,7 @@ def main(argv=None):
     probes = json.loads(Path(args.probes).read_text()) if args.probes else PROBES
     items = configs(probes)
     if args.compile_only:
-        bad = check(items, 132)
+        bad = check(items, 132, args.template)
         for (shape, key), why in bad.items():
             print("x".join(map(str, shape)), key, why)
         print(f"{len(items) - len(bad)} of {len(items)} probes fit and compile")
@@ -154,14 +156,15 @@ def main(argv=None):
     be.fresh_baseline = True
     dev = be.device_info()
     be.sms = int(dev.get("sms") or 0)
-    tpl, arch = find_template("gemm_wgmma"), get_arch("sm_90a").with_sms(be.sms)
+    tpl, arch = find_template(args.template), get_arch("sm_90a").with_sms(be.sms)
     t0 = time.monotonic()
-    bad = check(items, be.sms)
+    bad = check(items, be.sms, args.template)
     print(f"checked and compiled {len(items)} probes in {time.monotonic() - t0:.0f} s", flush=True)
     records = []
     for shape, cfg in items:
         rec = {"gpu": dev.get("gpu", ""), "driver": dev.get("driver", ""),
-               "date": datetime.date.today().isoformat(), "shape": list(shape), "params": cfg}
+               "date": datetime.date.today().isoformat(), "shape": list(shape), "params": cfg,
+               "template": args.template}
         why = bad.get((shape, tpl.config_key(cfg)))
         if why:
             rec.update(status="skipped", reason=why)

@@ -62,7 +62,7 @@ def test_short_gemm_port_verifies_every_measured_trial(tmp_path):
     (dict(EPI=3), (1000, 1000, 1024)),
     # split-K: per-tile counters must be zero again afterwards, the slots are scratch
     (dict(BM=64, BN=128, CONSUMERS=1, STAGES=8, SPLITK=2), (128, 4096, 4096)),
-    # BN = 200 / 224: columns past the last 64-wide box stored straight from the registers;
+    # BN = 200 / 224: the columns past the last whole 64-wide box in a box that overlaps it;
     # stream-K runs reordered (the head of the last tile first), ragged M, N and K
     (dict(BN=200), (1000, 1000, 1024)),
     (dict(BN=200, EPI=1, STAGES=5), (3000, 4040, 4104)),
@@ -72,8 +72,7 @@ def test_short_gemm_port_verifies_every_measured_trial(tmp_path):
     # of 21 pieces 192-200 wide, the partial last row of tiles among them)
     (dict(TAILW=224), (4096, 4096, 4096)),
     (dict(BN=224, TAILW=192), (3000, 4040, 4104)),
-    # 256 x 152 tiles (152 accumulators a thread; columns past the last 64-wide box from the
-    # registers) and 192-row tiles on three consumer warpgroups, ragged M, N and K
+    # 256 x 152 tiles (152 accumulators a thread; the last 24 columns in an overlapping box) and 192-row tiles on three consumer warpgroups, ragged M, N and K
     (dict(BM=256, BN=152, STAGES=4), (3000, 4040, 4104)),
     (dict(BM=256, BN=192, EPI=0, GROUP_M=8), (1000, 1000, 1000)),
     (dict(BM=192, BN=192, CONSUMERS=3, CLUSTER=2), (3000, 4040, 4104)),
@@ -81,6 +80,11 @@ def test_short_gemm_port_verifies_every_measured_trial(tmp_path):
     (dict(BM=256, BN=152, CLUSTER=2), (3000, 5000, 1000)),
     (dict(BN=200, CLUSTER=4, PERSIST=0), (1000, 3000, 1000)),
     (dict(BM=192, BN=128, CONSUMERS=3, EPI=1, STREAMK=1), (3000, 4040, 4104)),
+    # overlapping last boxes: the whole tile staged (EPI=2, 4 boxes for 232 columns), pieces of
+    # 192-200 re-cut from 232-wide tiles, and 3 consumers at 192 x 184
+    (dict(BN=232, EPI=2, STAGES=3, CLUSTER=2), (3000, 5000, 1000)),
+    (dict(BN=232, TAILW=192), (3000, 4040, 4104)),
+    (dict(BM=192, BN=184, CONSUMERS=3, CLUSTER=2), (1000, 3000, 1000)),
 ])
 def test_wgmma_side_by_side_interleaved(config, size):
     """Hopper only: a gemm_wgmma variant measured the way benchmarks end (ours and cuBLAS

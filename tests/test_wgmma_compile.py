@@ -107,6 +107,10 @@ def test_space_loads_and_declares_hopper_features():
     L = tpl.launch(CONFIGS[0], SM90A, (4096, 4096, 4096))
     assert L.block == (256, 1, 1) and L.grid == (32 * 32, 1, 1)
     assert tpl.workspace_bytes(CONFIGS[1], SM90A, (4096, 4096, 4096)) == 0
+    # EPI=2 stages whole 64-column boxes: 232 columns take 4 (the last overlaps the third)
+    odd = {**CONFIGS[9], "BN": 232}
+    ring = odd["STAGES"] * (128 + 232) * 64 * 2 + 1024 + 16 * odd["STAGES"] + 144
+    assert tpl.launch(odd, SM90A, (4096, 4096, 4096)).smem == ring + 128 * 4 * 64 * 2 + 1024
 
 
 def test_split_geometry_and_workspace():

@@ -12,8 +12,9 @@
 // with EPI=1 (full tiles, N % 8 == 0) staged through a swizzled smem buffer per consumer and
 // written with coalesced 16-byte stores, or with EPI=2/3 (N % 8 == 0, any tile: TMA clips the
 // edges) written into 64x64 boxes of smem with stmatrix and stored by TMA (cp.async.bulk.tensor
-// through C's tensor map) while the consumers go on to their next tile's MMAs. EPI=2 stages the
-// whole tile (BM*BN*2 bytes), so its stores are only waited for before the next tile's
+// through C's tensor map) while the consumers go on to their next tile's MMAs (a width not a
+// multiple of 64 ends in a box that overlaps the one before it). EPI=2 stages the whole tile
+// (BM * ceil(BN / 64) * 128 bytes), so its stores are only waited for before the next tile's
 // epilogue; EPI=3 reuses one 64 x EPI_W buffer per consumer (the smem of EPI=1, more stages).
 // CLUSTER=2/4: two or four CTAs on vertically adjacent tiles share the B tile; each loads its
 // share of it and multicasts it into all, and each consumer warp frees a stage in all of them.
@@ -139,8 +140,13 @@
 // EPI=1: each consumer stages 64 rows x EPI_W columns of bf16 at a time in its own smem buffer
 #define EPI_W ((BN % 128 == 0) ? 128 : 64)
 #define EPI_BUF_BYTES (64 * EPI_W * 2)
+#ifndef EPI_OVERLAP_MIN
+#define EPI_OVERLAP_MIN 8            // EPI=2/3: a width with at least this many columns past its
+#endif                               // last whole box stores them in an overlapping box (else
+                                     // from the registers)
+#define NBOX (BN % 64 >= EPI_OVERLAP_MIN ? (BN + 63) / 64 : BN / 64)   // boxes a slab takes
 #if EPI >= 2 && (BN < 64 || SWAP)
-#error "EPI=2/3 store 64x64 boxes (and the columns past the last one directly): BN >= 64, no SWAP"
+#error "EPI=2/3 store 64x64 boxes (the last one overlapping where BN % 64 != 0): BN >= 64, no SWAP"
 #endif
 
 using namespace hopper;
@@ -367,45 +373,50 @@ gemm_wgmma(const uint16_t* __restrict__ A, const uint16_t* __restrict__ B, uint1
       // Boxes of 64 rows x 64 columns (128 bytes, 16-byte chunk q of row r at (q ^ r % 8) * 16,
       // TMA's 128-byte swizzle). EPI=2: box (mt, b) of this consumer at its own offset; EPI=3:
       // EPI_W / 64 boxes reused, so each group waits for the previous group's stores to read.
-      // The item's width: BN, or a re-cut piece's (its columns past the last whole box from the
-      // registers, like BN = 200 / 224).
+      // The item's width: BN, or a re-cut piece's. A width that is not a multiple of 64 takes
+      // one more box, its last 64 columns (WD - 64 .. WD - 1): it overlaps the box before it and
+      // writes the same values there again, so every column goes through TMA (no thread stores,
+      // which at 128 x 232 or 256 x 152 cost more than the extra bytes).
       const auto epi = [&](auto wdc) {
         constexpr int WD = decltype(wdc)::value;
         constexpr int BOX = 64 * 64 * 2;
-        constexpr int GB = EPI == 2 ? BN / 64 : EPI_W / 64;     // boxes per group
-        const uint32_t cbuf = sC + c * (EPI == 2 ? MT * (BN / 64) * BOX : GB * BOX);
+        constexpr int NB = WD % 64 >= EPI_OVERLAP_MIN ? (WD + 63) / 64 : WD / 64;   // boxes
+        constexpr int GB = EPI == 2 ? NBOX : EPI_W / 64;         // boxes per group
+        const uint32_t cbuf = sC + c * (EPI == 2 ? MT * NBOX * BOX : GB * BOX);
         // stmatrix: this thread's row of matrix lane / 8 = (column block +lane/16, half lane/8%2)
         const int r = warp * 16 + 8 * ((lane / 8) % 2) + lane % 8;
         const int jsel = lane / 16;
+        // box b's first column in the item: whole boxes, then the overlapping last one
+        const auto bcol = [](int b) { return b < WD / 64 ? 64 * b : WD - 64; };
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-          for (int g = 0; g < (WD / 64 + GB - 1) / GB; ++g) {
+          for (int g = 0; g < (NB + GB - 1) / GB; ++g) {
             if (EPI == 3 || (mt == 0 && g == 0)) {
               if (tid == 0) tma::store_wait_read();
               named_sync(1 + c, 128);   // buffer free
             }
 #pragma unroll
             for (int bx = 0; bx < GB; ++bx) {
-              if (g * GB + bx >= WD / 64) continue;
-              const int box = EPI == 2 ? mt * (BN / 64) + g * GB + bx : bx;
+              if (g * GB + bx >= NB) continue;
+              const int box = EPI == 2 ? mt * NBOX + g * GB + bx : bx;
               epi::stmatrix_box_sw128<Elem>(cbuf + box * BOX + r * 128, r, jsel, acc[mt],
-                                            (g * GB + bx) * 8);
+                                            bcol(g * GB + bx) / 8);
             }
             fence_proxy_async();      // visible to TMA
             named_sync(1 + c, 128);   // buffer full
             if (tid == 0) {
 #pragma unroll
               for (int bx = 0; bx < GB; ++bx) {
-                if (g * GB + bx >= WD / 64) continue;
-                const int box = EPI == 2 ? mt * (BN / 64) + g * GB + bx : bx;
-                tma::store_2d(&tmC, cbuf + box * BOX, cs + (g * GB + bx) * 64,
+                if (g * GB + bx >= NB) continue;
+                const int box = EPI == 2 ? mt * NBOX + g * GB + bx : bx;
+                tma::store_2d(&tmC, cbuf + box * BOX, cs + bcol(g * GB + bx),
                               tm * BM + c * WM + mt * 64);
               }
               tma::store_commit();
             }
           }
-          if constexpr (WD % 64 != 0)   // the columns past the last whole box
+          if constexpr (WD % 64 != 0 && WD % 64 < EPI_OVERLAP_MIN)   // the last columns
             epi::store_cols<WD / 64 * 8, WD / 8, Elem>(acc[mt], C,
                                                  tm * BM + c * WM + mt * 64 + warp * 16 + lane / 4,
                                                  col0, M, N);
