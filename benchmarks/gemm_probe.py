@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 BASE = dict(BM=128, BN=256, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=16, PERSIST=1, CLUSTER=1,
-            EPI=3, SPLITK=1, STREAMK=0, SWAP=0, TAILW=0)
+            EPI=3, SPLITK=1, STREAMK=0, SWAP=0, TAILW=0, PINGPONG=0)
 
 # The sweep's weak shapes (gemm_sweep_h200.json, below 0.97): its best configuration first (the
 # control, re-timed in the same process), then tiles whose counts fill whole waves of 132 SMs,

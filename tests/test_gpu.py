@@ -85,6 +85,10 @@ def test_short_gemm_port_verifies_every_measured_trial(tmp_path):
     (dict(BN=232, EPI=2, STAGES=3, CLUSTER=2), (3000, 5000, 1000)),
     (dict(BN=232, TAILW=192), (3000, 4040, 4104)),
     (dict(BM=192, BN=184, CONSUMERS=3, CLUSTER=2), (1000, 3000, 1000)),
+    # consumers in turn, each a whole tile (odd and even item counts per CTA, ragged edges)
+    (dict(BN=128, CLUSTER=2, PINGPONG=1), (3000, 5000, 1000)),
+    (dict(BM=64, BN=232, STAGES=5, CLUSTER=2, PINGPONG=1), (1000, 3000, 1000)),
+    (dict(BN=192, EPI=1, PINGPONG=1), (3000, 4040, 4104)),
 ])
 def test_wgmma_side_by_side_interleaved(config, size):
     """Hopper only: a gemm_wgmma variant measured the way benchmarks end (ours and cuBLAS

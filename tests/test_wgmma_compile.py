@@ -68,8 +68,13 @@ CONFIGS += [
          SPLITK=1, STREAMK=0, SWAP=0),
     dict(BM=192, BN=128, BK=64, STAGES=4, CONSUMERS=3, GROUP_M=8, PERSIST=1, CLUSTER=1, EPI=1,
          SPLITK=1, STREAMK=1, SWAP=0),
+    # consumers in turn, each on a whole tile: 128 x 192 (192 accumulators), 64 x 256 in twos
+    dict(BM=128, BN=192, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=16, PERSIST=1, CLUSTER=1, EPI=3,
+         SPLITK=1, STREAMK=0, SWAP=0, PINGPONG=1),
+    dict(BM=64, BN=256, BK=64, STAGES=5, CONSUMERS=2, GROUP_M=16, PERSIST=1, CLUSTER=2, EPI=1,
+         SPLITK=1, STREAMK=0, SWAP=0, PINGPONG=1),
 ]
-CONFIGS = [{**c, "TAILW": c.get("TAILW", 0)} for c in CONFIGS]
+CONFIGS = [{**c, "TAILW": c.get("TAILW", 0), "PINGPONG": c.get("PINGPONG", 0)} for c in CONFIGS]
 SMALL = (16, 8192, 8192)
 
 
@@ -152,7 +157,7 @@ def test_refuses_architectures_without_wgmma(arch):
 def test_constraints_reject_oversized_configs():
     tpl = find_template("gemm_wgmma")
     base = dict(BM=128, BN=256, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=8, PERSIST=1, CLUSTER=1, EPI=0,
-                SPLITK=1, STREAMK=0, SWAP=0, TAILW=0)
+                SPLITK=1, STREAMK=0, SWAP=0, TAILW=0, PINGPONG=0)
     assert _feasible(tpl, {**base, "EPI": 1})                    # 4 stages + 2 x 16 KB staging
     assert _feasible(tpl, base)
     assert not _feasible(tpl, {**base, "STAGES": 5})             # 240 KB of smem
@@ -218,6 +223,16 @@ def test_constraints_reject_oversized_configs():
     assert _feasible(tpl, three)
     assert not _feasible(tpl, {**three, "BN": 224})
     assert not _feasible(tpl, {**three, "BM": 128})                     # 64 rows each
+    # consumers in turn: persistent whole tiles (64 or 128 rows, at most 192 accumulators), each
+    # consumer its own epilogue buffer, and more tiles than CTAs
+    pp = {**base, "BN": 128, "EPI": 3, "PINGPONG": 1}
+    assert _feasible(tpl, pp) and _feasible(tpl, {**pp, "BM": 64, "BN": 256})
+    assert _feasible(tpl, {**pp, "BN": 192}) and not _feasible(tpl, {**pp, "BN": 256})
+    assert not _feasible(tpl, {**pp, "BM": 256})
+    assert not _feasible(tpl, {**pp, "PERSIST": 0})
+    assert not _feasible(tpl, {**pp, "EPI": 2, "STAGES": 3})
+    assert not _feasible(tpl, {**pp, "CONSUMERS": 1})
+    assert not _feasible(tpl, pp, size=(1024, 1024, 4096))               # 64 tiles, 132 CTAs
     n = sum(1 for c in tpl.iter_configs() if _feasible(tpl, c))
     assert 20 <= n < tpl.space_size()
 

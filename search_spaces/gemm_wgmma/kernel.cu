@@ -20,6 +20,9 @@
 // share of it and multicasts it into all, and each consumer warp frees a stage in all of them.
 // PERSIST=1: grid of at most one CTA per SM striding over tiles, so the producer prefetches the
 // next tile while the consumers run their epilogue. Tiles are rastered in groups of GROUP_M rows.
+// PINGPONG=1 (persistent): the two consumers take a CTA's work items in turn, each a whole
+// BM x BN tile (BM = 64 or 128). The ring hands out the stages in order, so one consumer's
+// k-loop starts as the other's ends and its MMAs run while the other stores its tile.
 // Work items (Sched below) are a tile and a range of k-tiles. SPLITK > 1 cuts every tile's K
 // into SPLITK equal ranges (small M: more CTAs than tiles). STREAMK=1 keeps whole tiles for all
 // but the last one to two waves and deals those out as equal runs of k-tiles over every CTA, so
@@ -117,8 +120,16 @@
 #error "BK must be 64 or 128"
 #endif
 
+#ifndef PINGPONG
+#define PINGPONG 0     // 1 (persistent, 2 consumers): each consumer takes every other work item
+#endif                 // whole (BM rows), so one's epilogue runs beside the other's MMAs
+#if PINGPONG && (CONSUMERS != 2 || !PERSIST || SPLITK != 1 || STREAMK || TAILW || SWAP || EPI == 2)
+#error "PINGPONG needs CONSUMERS=2, PERSIST=1, no SPLITK, STREAMK, TAILW or SWAP, EPI != 2"
+#endif
+
 #define THREADS (128 * (CONSUMERS + 1))
-#define WM (BM / CONSUMERS)          // rows per consumer warpgroup
+#define WM (PINGPONG ? BM : BM / CONSUMERS)   // rows per consumer warpgroup (of its own item)
+#define WROW(c) (PINGPONG ? 0 : (c) * WM)     // its first row in the tile
 #define MT (WM / 64)                 // m64 wgmma tiles per consumer
 #define A_TILE_BYTES (BM * BK * 2)
 #define B_TILE_BYTES (BN_SMEM * BK * 2)
@@ -221,7 +232,8 @@ gemm_wgmma(const uint16_t* __restrict__ A, const uint16_t* __restrict__ B, uint1
   const int tid = threadIdx.x % 128;
 
   if (threadIdx.x == 0) {
-    ring.init(CONSUMERS * 4 * CLUSTER);   // every consumer warp of the cluster frees a stage
+    // every consumer warp of the cluster frees a stage (PINGPONG: those of the one reading it)
+    ring.init((PINGPONG ? 1 : CONSUMERS) * 4 * CLUSTER);
     fence_barrier_init();
   }
 #if CLUSTER > 1
@@ -295,9 +307,18 @@ gemm_wgmma(const uint16_t* __restrict__ A, const uint16_t* __restrict__ B, uint1
       for (int mt = 0; mt < MT; ++mt) wgmma::fence_regs<BN / 2>(acc[mt]);
     };
     uint32_t it = 0;
+    uint32_t item = 0;   // PINGPONG: this CTA's items so far (consumer c takes those of parity c)
+    (void)item;
     // (this loop form, and not `while (at(...))`, is the one ptxas keeps the accumulators of
     // every configuration in registers for, without serializing the wgmmas)
     for (bool more = Sched::at(it, w, nitems, kt_n); more; more = Sched::at(it, w, nitems, kt_n)) {
+#if PINGPONG
+      // the other consumer's item: its k-tiles pass by in the ring (it frees their stages)
+      if ((item++ & 1u) != (uint32_t)c) {
+        it += w.ke - w.kb;
+        continue;
+      }
+#endif
       int tm, tn, cs, wsel;
       place(w.tile, tiles_m, tiles_n, rc, tm, tn, cs, wsel);
       tm = tm * CLUSTER + crank;
@@ -316,7 +337,7 @@ gemm_wgmma(const uint16_t* __restrict__ A, const uint16_t* __restrict__ B, uint1
           ring.wait(st);
           wgmma::fence();
           wgmma::mma_ss_k_tiles<WD, BK / 16, MT, Elem>(
-              acc, sA + st.stage * A_TILE_BYTES + c * (WM * 128), 64 * 128, A_SUB_BYTES,
+              acc, sA + st.stage * A_TILE_BYTES + WROW(c) * 128, 64 * 128, A_SUB_BYTES,
               sB + st.stage * B_TILE_BYTES, B_SUB_BYTES);
           wgmma::commit();
           fence_acc();
@@ -358,7 +379,7 @@ gemm_wgmma(const uint16_t* __restrict__ A, const uint16_t* __restrict__ B, uint1
       // -------------------------------------------------------------- epilogue
 #if SWAP
       // tile rows are C's columns: element (r, col) of the tile is C[col][r]
-      const int row0 = tm * BM + c * WM;   // the consumer's first row
+      const int row0 = tm * BM + WROW(c);   // the consumer's first row
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
         const int row = row0 + mt * 64 + warp * 16 + lane / 4;
@@ -411,14 +432,14 @@ gemm_wgmma(const uint16_t* __restrict__ A, const uint16_t* __restrict__ B, uint1
                 if (g * GB + bx >= NB) continue;
                 const int box = EPI == 2 ? mt * NBOX + g * GB + bx : bx;
                 tma::store_2d(&tmC, cbuf + box * BOX, cs + bcol(g * GB + bx),
-                              tm * BM + c * WM + mt * 64);
+                              tm * BM + WROW(c) + mt * 64);
               }
               tma::store_commit();
             }
           }
           if constexpr (WD % 64 != 0 && WD % 64 < EPI_OVERLAP_MIN)   // the last columns
             epi::store_cols<WD / 64 * 8, WD / 8, Elem>(acc[mt], C,
-                                                 tm * BM + c * WM + mt * 64 + warp * 16 + lane / 4,
+                                                 tm * BM + WROW(c) + mt * 64 + warp * 16 + lane / 4,
                                                  col0, M, N);
         }
       };
@@ -429,7 +450,7 @@ gemm_wgmma(const uint16_t* __restrict__ A, const uint16_t* __restrict__ B, uint1
 #endif
         epi(IntC<BN>{});
 #else
-      const int row0 = tm * BM + c * WM;   // the consumer's first row
+      const int row0 = tm * BM + WROW(c);   // the consumer's first row
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
         const int row = row0 + mt * 64 + warp * 16 + lane / 4;
