@@ -21,8 +21,8 @@
 // PERSIST=1: grid of at most one CTA per SM striding over tiles, so the producer prefetches the
 // next tile while the consumers run their epilogue. Tiles are rastered in groups of GROUP_M rows.
 // PINGPONG=1 (persistent): the two consumers take a CTA's work items in turn, each a whole
-// BM x BN tile (BM = 64 or 128). The ring hands out the stages in order, so one consumer's
-// k-loop starts as the other's ends and its MMAs run while the other stores its tile.
+// BM x BN tile (BM = 64 or 128). A consumer starts its k-loop when the other's has taken its
+// last stage (named barriers 3 and 4), so its MMAs run while the other stores its tile.
 // Work items (Sched below) are a tile and a range of k-tiles. SPLITK > 1 cuts every tile's K
 // into SPLITK equal ranges (small M: more CTAs than tiles). STREAMK=1 keeps whole tiles for all
 // but the last one to two waves and deals those out as equal runs of k-tiles over every CTA, so
@@ -318,6 +318,9 @@ gemm_wgmma(const uint16_t* __restrict__ A, const uint16_t* __restrict__ B, uint1
         it += w.ke - w.kb;
         continue;
       }
+      // and its k-loop starts only once the other's has waited for every k-tile of the item
+      // before: a full barrier's parity tells a phase from the next lap's, not from later ones
+      if (item > 1) named_sync(3 + c, 256);
 #endif
       int tm, tn, cs, wsel;
       place(w.tile, tiles_m, tiles_n, rc, tm, tn, cs, wsel);
@@ -355,6 +358,12 @@ gemm_wgmma(const uint16_t* __restrict__ A, const uint16_t* __restrict__ B, uint1
       else
 #endif
         kloop(IntC<BN>{});
+#if PINGPONG
+      {   // the next item, the other consumer's, may start its k-loop
+        Work nx;
+        if (Sched::at(it, nx, nitems, kt_n)) named_arrive(3 + (1 - c), 256);
+      }
+#endif
       wgmma::wait<0>();
       fence_acc();
       if (lane == 0) ring.release_cluster<CLUSTER>(prev);
