@@ -62,7 +62,7 @@ def test_short_gemm_port_verifies_every_measured_trial(tmp_path):
     (dict(EPI=3), (1000, 1000, 1024)),
     # split-K: per-tile counters must be zero again afterwards, the slots are scratch
     (dict(BM=64, BN=128, CONSUMERS=1, STAGES=8, SPLITK=2), (128, 4096, 4096)),
-    # BN = 200 / 224: the columns past the last whole 64-wide box in a box that overlaps it;
+    # BN = 200: the 8 columns past the last whole 64-wide box from the registers;
     # stream-K runs reordered (the head of the last tile first), ragged M, N and K
     (dict(BN=200), (1000, 1000, 1024)),
     (dict(BN=200, EPI=1, STAGES=5), (3000, 4040, 4104)),

@@ -71,7 +71,7 @@ CONFIGS += [
     # consumers in turn, each on a whole tile: 128 x 192 (192 accumulators), 64 x 256 in twos
     dict(BM=128, BN=192, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=16, PERSIST=1, CLUSTER=1, EPI=3,
          SPLITK=1, STREAMK=0, SWAP=0, PINGPONG=1),
-    dict(BM=64, BN=256, BK=64, STAGES=5, CONSUMERS=2, GROUP_M=16, PERSIST=1, CLUSTER=2, EPI=1,
+    dict(BM=64, BN=256, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=16, PERSIST=1, CLUSTER=2, EPI=1,
          SPLITK=1, STREAMK=0, SWAP=0, PINGPONG=1),
 ]
 CONFIGS = [{**c, "TAILW": c.get("TAILW", 0), "PINGPONG": c.get("PINGPONG", 0)} for c in CONFIGS]

@@ -12,10 +12,10 @@
 // with EPI=1 (full tiles, N % 8 == 0) staged through a swizzled smem buffer per consumer and
 // written with coalesced 16-byte stores, or with EPI=2/3 (N % 8 == 0, any tile: TMA clips the
 // edges) written into 64x64 boxes of smem with stmatrix and stored by TMA (cp.async.bulk.tensor
-// through C's tensor map) while the consumers go on to their next tile's MMAs (a width not a
-// multiple of 64 ends in a box that overlaps the one before it). EPI=2 stages the whole tile
-// (BM * ceil(BN / 64) * 128 bytes), so its stores are only waited for before the next tile's
-// epilogue; EPI=3 reuses one 64 x EPI_W buffer per consumer (the smem of EPI=1, more stages).
+// through C's tensor map) while the consumers go on to their next tile's MMAs (a width 24 or
+// more columns past a multiple of 64 ends in a box that overlaps the one before it). EPI=2
+// stages the whole tile (BM x NBOX boxes), so its stores are only waited for before the next
+// tile's epilogue; EPI=3 reuses one 64 x EPI_W buffer per consumer (the smem of EPI=1, more stages).
 // CLUSTER=2/4: two or four CTAs on vertically adjacent tiles share the B tile; each loads its
 // share of it and multicasts it into all, and each consumer warp frees a stage in all of them.
 // PERSIST=1: grid of at most one CTA per SM striding over tiles, so the producer prefetches the
@@ -152,9 +152,10 @@
 #define EPI_W ((BN % 128 == 0) ? 128 : 64)
 #define EPI_BUF_BYTES (64 * EPI_W * 2)
 #ifndef EPI_OVERLAP_MIN
-#define EPI_OVERLAP_MIN 8            // EPI=2/3: a width with at least this many columns past its
-#endif                               // last whole box stores them in an overlapping box (else
-                                     // from the registers)
+#define EPI_OVERLAP_MIN 24           // EPI=2/3: a width with at least this many columns past its
+#endif                               // last whole box stores them in an overlapping box, else
+                                     // from the registers (H200: 2-5 % faster at 40-56 columns,
+                                     // ~1 % slower at 8-16; gemm_probe_overlap_h200.json)
 #define NBOX (BN % 64 >= EPI_OVERLAP_MIN ? (BN + 63) / 64 : BN / 64)   // boxes a slab takes
 #if EPI >= 2 && (BN < 64 || SWAP)
 #error "EPI=2/3 store 64x64 boxes (the last one overlapping where BN % 64 != 0): BN >= 64, no SWAP"
@@ -403,10 +404,10 @@ gemm_wgmma(const uint16_t* __restrict__ A, const uint16_t* __restrict__ B, uint1
       // Boxes of 64 rows x 64 columns (128 bytes, 16-byte chunk q of row r at (q ^ r % 8) * 16,
       // TMA's 128-byte swizzle). EPI=2: box (mt, b) of this consumer at its own offset; EPI=3:
       // EPI_W / 64 boxes reused, so each group waits for the previous group's stores to read.
-      // The item's width: BN, or a re-cut piece's. A width that is not a multiple of 64 takes
-      // one more box, its last 64 columns (WD - 64 .. WD - 1): it overlaps the box before it and
-      // writes the same values there again, so every column goes through TMA (no thread stores,
-      // which at 128 x 232 or 256 x 152 cost more than the extra bytes).
+      // The item's width: BN, or a re-cut piece's. A width EPI_OVERLAP_MIN or more columns past
+      // a multiple of 64 takes one more box, its last 64 columns (WD - 64 .. WD - 1): it
+      // overlaps the box before it and writes the same values there again (thread stores of
+      // 40-56 columns cost more than the extra bytes); fewer columns go from the registers.
       const auto epi = [&](auto wdc) {
         constexpr int WD = decltype(wdc)::value;
         constexpr int BOX = 64 * 64 * 2;
