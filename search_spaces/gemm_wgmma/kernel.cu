@@ -158,7 +158,7 @@
                                      // ~1 % slower at 8-16; gemm_probe_overlap_h200.json)
 #define NBOX (BN % 64 >= EPI_OVERLAP_MIN ? (BN + 63) / 64 : BN / 64)   // boxes a slab takes
 #if EPI >= 2 && (BN < 64 || SWAP)
-#error "EPI=2/3 store 64x64 boxes (the last one overlapping where BN % 64 != 0): BN >= 64, no SWAP"
+#error "EPI=2/3 store 64x64 boxes (the last one may overlap the one before): BN >= 64, no SWAP"
 #endif
 
 using namespace hopper;
