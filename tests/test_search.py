@@ -205,14 +205,21 @@ def test_pruned_enumeration_finds_the_same_feasible_set_in_the_same_order(name, 
     from porter.build.check import prefix_check, static_check
     from porter.spec.template import find_template
     tpl, arch = find_template(name), ARCHS["sm_90a"]
+    # a sub-space keeps the full product small enough to check: one GROUP_M (raster order, in no
+    # constraint), every other BN and STAGES (a sub-space's pruning must hold all the same)
+    cut = {"GROUP_M": slice(0, 1), "BN": slice(None, None, 2), "STAGES": slice(None, None, 2)}
+    params = {n: tuple(v)[cut.get(n, slice(None))] for n, v in tpl.params.items()}
+    size_of = 1
+    for v in params.values():
+        size_of *= len(v)
 
     def ok(k):
         return static_check(tpl, arch, dict(zip(tpl.param_names, k)), [size]) is None
-    pruned = SearchSpace(tpl.params, ok, prefix_check(tpl, arch, [size]))
+    pruned = SearchSpace(params, ok, prefix_check(tpl, arch, [size]))
     fast = [k for k in pruned.candidates() if ok(k)]
-    full = [k for k in itertools.product(*tpl.params.values()) if ok(k)]
+    full = [k for k in itertools.product(*params.values()) if ok(k)]
     assert fast == full and fast
-    assert sum(1 for _ in pruned.candidates()) < tpl.space_size()
+    assert sum(1 for _ in pruned.candidates()) < size_of
 
 
 def test_enumeration_limit_counts_candidates_left_after_pruning(monkeypatch):
