@@ -124,7 +124,8 @@ gemm_fp8(const uint8_t* __restrict__ A, const uint8_t* __restrict__ B, bf16_t* _
   (void)workspace;
   const Pipeline<STAGES> ring(bars);
 
-  const int wg = threadIdx.x / 128;
+  // read from lane 0 so that ptxas knows it warp-uniform (the MMA descriptors stay uniform)
+  const int wg = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0);
   const int tid = threadIdx.x % 128;
 
   if (threadIdx.x == 0) {

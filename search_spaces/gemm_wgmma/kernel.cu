@@ -229,7 +229,9 @@ gemm_wgmma(const uint16_t* __restrict__ A, const uint16_t* __restrict__ B, uint1
   (void)sC;
   const Pipeline<STAGES> ring(bars);
 
-  const int wg = threadIdx.x / 128;
+  // the warpgroup, read from lane 0 so that ptxas knows it warp-uniform: what is computed from
+  // it (the consumer's rows, its MMA descriptors) stays in uniform registers
+  const int wg = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0);
   const int tid = threadIdx.x % 128;
 
   if (threadIdx.x == 0) {

@@ -78,20 +78,28 @@ __device__ __forceinline__ void mma_ss_k(float* d, uint32_t a0, uint32_t a_box, 
   }
 }
 
+// A descriptor `bytes` further on: its start address field (bits 0-13, 16-byte units) grows by
+// bytes / 16 and never carries out while the address stays inside shared memory (< 256 KB).
+// The MMA loops below make two descriptors a call and step them by compile-time offsets, so
+// ptxas keeps them in uniform registers and moves them with one add each (a descriptor rebuilt
+// from an address per MMA took ~8 instructions and a register-to-uniform move before each).
+__device__ __forceinline__ uint64_t desc_at(uint64_t d, uint32_t bytes) { return d + (bytes >> 4); }
+
 // kMT m64 tiles of A (a_tile bytes apart) against one B: D[t][64 x N] += A_t B, the MMAs of
-// each k16 step issued back to back for every tile (B's descriptor made once a step). Always
-// accumulates (zero D first). E: the operands' type (bf16_elem, f16_elem).
+// each k16 step issued back to back for every tile. Always accumulates (zero D first).
+// E: the operands' type (bf16_elem, f16_elem).
 template <int kN, int kSteps, int kMT, typename E = bf16_elem, int kRegs>
 __device__ __forceinline__ void mma_ss_k_tiles(float (*d)[kRegs], uint32_t a0, uint32_t a_tile,
                                                uint32_t a_box, uint32_t b0, uint32_t b_box) {
   static_assert(kN / 2 <= kRegs, "the accumulator rows hold N / 2 floats");
+  const uint64_t da0 = desc_k_sw128(a0), db0 = desc_k_sw128(b0);
 #pragma unroll
   for (int kk = 0; kk < kSteps; ++kk) {
     const uint32_t off = (kk % 4) * 32;
-    const uint64_t db = desc_k_sw128(b0 + (kk / 4) * b_box + off);
+    const uint64_t db = desc_at(db0, (kk / 4) * b_box + off);
 #pragma unroll
     for (int t = 0; t < kMT; ++t)
-      wgmma_16<E, kN, 0>::ss_acc(d[t], desc_k_sw128(a0 + (kk / 4) * a_box + t * a_tile + off), db);
+      wgmma_16<E, kN, 0>::ss_acc(d[t], desc_at(da0, (kk / 4) * a_box + t * a_tile + off), db);
   }
 }
 
@@ -114,13 +122,14 @@ __device__ __forceinline__ void mma_fp8_k_tiles(float (*d)[kRegs], uint32_t a0, 
                                                 uint32_t a_box, uint32_t b0, uint32_t b_box,
                                                 int scale_first) {
   static_assert(kN / 2 <= kRegs, "the accumulator rows hold N / 2 floats");
+  const uint64_t da0 = desc_k_sw128(a0), db0 = desc_k_sw128(b0);
 #pragma unroll
   for (int kk = 0; kk < kSteps; ++kk) {
     const uint32_t off = (kk % 4) * 32;
-    const uint64_t db = desc_k_sw128(b0 + (kk / 4) * b_box + off);
+    const uint64_t db = desc_at(db0, (kk / 4) * b_box + off);
 #pragma unroll
     for (int t = 0; t < kMT; ++t) {
-      const uint64_t da = desc_k_sw128(a0 + (kk / 4) * a_box + t * a_tile + off);
+      const uint64_t da = desc_at(da0, (kk / 4) * a_box + t * a_tile + off);
       if (kk == 0) wgmma_fp8<kN, kA, kB>::ss(d[t], da, db, scale_first);
       else wgmma_fp8<kN, kA, kB>::ss_acc(d[t], da, db);
     }
