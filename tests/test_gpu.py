@@ -89,6 +89,13 @@ def test_short_gemm_port_verifies_every_measured_trial(tmp_path):
     (dict(BN=128, CLUSTER=2, PINGPONG=1), (3000, 5000, 1000)),
     (dict(BM=64, BN=232, STAGES=5, CLUSTER=2, PINGPONG=1), (1000, 3000, 1000)),
     (dict(BN=192, EPI=1, PINGPONG=1), (3000, 4040, 4104)),
+    # each warp storing its own 16 rows: one-slice ring (BN % 128 != 0) with an overlapping last
+    # box and register-stored columns, two-slice ring, clusters, re-cut pieces, ping-pong
+    (dict(BM=256, BN=152, CLUSTER=2, EPI=4), (3000, 5000, 1000)),
+    (dict(BN=200, CLUSTER=4, PERSIST=0, EPI=4), (1000, 3000, 1000)),
+    (dict(EPI=4, CLUSTER=2), (1000, 1000, 1024)),
+    (dict(BN=224, TAILW=192, EPI=4), (3000, 4040, 4104)),
+    (dict(BN=128, CLUSTER=2, PINGPONG=1, EPI=4), (3000, 5000, 1000)),
 ])
 def test_wgmma_side_by_side_interleaved(config, size):
     """Hopper only: a gemm_wgmma variant measured the way benchmarks end (ours and cuBLAS

@@ -16,6 +16,9 @@
 // more columns past a multiple of 64 ends in a box that overlaps the one before it). EPI=2
 // stages the whole tile (BM x NBOX boxes), so its stores are only waited for before the next
 // tile's epilogue; EPI=3 reuses one 64 x EPI_W buffer per consumer (the smem of EPI=1, more stages).
+// EPI=4: EPI=3's buffer, but each warp stores its own 16 rows of a box by TMA (C's tensor map
+// has 16-row boxes), with no barrier across the warpgroup: the buffer's EPI_W / 64 boxes are a
+// ring of slices a warp writes again once its own store from that slice has read it.
 // CLUSTER=2/4: two or four CTAs on vertically adjacent tiles share the B tile; each loads its
 // share of it and multicasts it into all, and each consumer warp frees a stage in all of them.
 // PERSIST=1: grid of at most one CTA per SM striding over tiles, so the producer prefetches the
@@ -71,7 +74,8 @@
 #endif
 #ifndef EPI
 #define EPI 1          // 0: stores straight from registers; 1: staged through smem, 16-byte stores
-#endif             // 2: stmatrix into smem, TMA store, whole tile; 3: the same, 64 x EPI_W at a time
+#endif             // 2: stmatrix into smem, TMA store, whole tile; 3: the same, 64 x EPI_W at a time;
+                   // 4: as 3, each warp storing its own 16 rows
 #ifndef SPLITK
 #define SPLITK 1       // >1: each tile's K range is cut into SPLITK parts, reduced in the workspace
 #endif
@@ -158,7 +162,7 @@
                                      // ~1 % slower at 8-16; gemm_probe_overlap_h200.json)
 #define NBOX (BN % 64 >= EPI_OVERLAP_MIN ? (BN + 63) / 64 : BN / 64)   // boxes a slab takes
 #if EPI >= 2 && (BN < 64 || SWAP)
-#error "EPI=2/3 store 64x64 boxes (the last one may overlap the one before): BN >= 64, no SWAP"
+#error "EPI=2/3/4 store 64-column boxes (the last one may overlap the one before): BN >= 64, no SWAP"
 #endif
 
 using namespace hopper;
@@ -312,6 +316,8 @@ gemm_wgmma(const uint16_t* __restrict__ A, const uint16_t* __restrict__ B, uint1
     uint32_t it = 0;
     uint32_t item = 0;   // PINGPONG: this CTA's items so far (consumer c takes those of parity c)
     (void)item;
+    uint32_t ebox = 0;   // EPI=4: boxes this warp has stored (its slice ring's position)
+    (void)ebox;
     // (this loop form, and not `while (at(...))`, is the one ptxas keeps the accumulators of
     // every configuration in registers for, without serializing the wgmmas)
     for (bool more = Sched::at(it, w, nitems, kt_n); more; more = Sched::at(it, w, nitems, kt_n)) {
@@ -421,6 +427,31 @@ gemm_wgmma(const uint16_t* __restrict__ A, const uint16_t* __restrict__ B, uint1
         const int jsel = lane / 16;
         // box b's first column in the item: whole boxes, then the overlapping last one
         const auto bcol = [](int b) { return b < WD / 64 ? 64 * b : WD - 64; };
+#if EPI == 4
+        // this warp's 16 rows of each box, 2 KB at warp * 2048 in a slice of the ring; its lane 0
+        // waits for its own store from that slice GB boxes ago to have read it, and stores it
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+          for (int b = 0; b < NB; ++b, ++ebox) {
+            const uint32_t slice = cbuf + (ebox % GB) * BOX;
+            if (lane == 0) tma::store_wait_read<GB - 1>();
+            __syncwarp();
+            epi::stmatrix_box_sw128<Elem>(slice + r * 128, r, jsel, acc[mt], bcol(b) / 8);
+            fence_proxy_async();      // visible to TMA
+            __syncwarp();
+            if (lane == 0) {
+              tma::store_2d(&tmC, slice + warp * 2048, cs + bcol(b),
+                            tm * BM + WROW(c) + mt * 64 + warp * 16);
+              tma::store_commit();
+            }
+          }
+          if constexpr (WD % 64 != 0 && WD % 64 < EPI_OVERLAP_MIN)   // the last columns
+            epi::store_cols<WD / 64 * 8, WD / 8, Elem>(acc[mt], C,
+                                                 tm * BM + WROW(c) + mt * 64 + warp * 16 + lane / 4,
+                                                 col0, M, N);
+        }
+#else
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
@@ -454,6 +485,7 @@ gemm_wgmma(const uint16_t* __restrict__ A, const uint16_t* __restrict__ B, uint1
                                                  tm * BM + WROW(c) + mt * 64 + warp * 16 + lane / 4,
                                                  col0, M, N);
         }
+#endif
       };
 #if TAILW
       if (wsel == 1) epi(IntC<TAILW>{});
@@ -480,7 +512,8 @@ gemm_wgmma(const uint16_t* __restrict__ A, const uint16_t* __restrict__ B, uint1
     }
   }
 #if EPI >= 2
-  if (wg > 0 && tid == 0) tma::store_wait_all();   // the staging smem must outlive the stores
+  // the staging smem must outlive the stores (EPI=4: every warp's lane 0 issued some)
+  if (wg > 0 && (EPI == 4 ? tid % 32 == 0 : tid == 0)) tma::store_wait_all();
 #endif
 #if CLUSTER > 1
   // No CTA may leave while its peers can still multicast into it or arrive on its barriers.

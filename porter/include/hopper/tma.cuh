@@ -62,9 +62,11 @@ __device__ __forceinline__ void store_commit() {
   asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 }
 
-// Until this thread's store groups have read their shared memory (it may be written again).
+// Until at most kPending of this thread's most recent store groups are still reading their
+// shared memory (what the older ones read may be written again).
+template <int kPending = 0>
 __device__ __forceinline__ void store_wait_read() {
-  asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+  asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(kPending) : "memory");
 }
 
 // Until this thread's store groups have completed (the CTA may exit).
