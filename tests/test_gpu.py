@@ -96,6 +96,13 @@ def test_short_gemm_port_verifies_every_measured_trial(tmp_path):
     (dict(EPI=4, CLUSTER=2), (1000, 1000, 1024)),
     (dict(BN=224, TAILW=192, EPI=4), (3000, 4040, 4104)),
     (dict(BN=128, CLUSTER=2, PINGPONG=1, EPI=4), (3000, 5000, 1000)),
+    # a k-tile's MMAs in two halves, the previous stage freed between: halves of the m64 tiles
+    # (256 rows), of the k16 steps (BK 64 and 128), with clusters, re-cut pieces and ping-pong
+    (dict(BM=256, BN=152, CLUSTER=2, RELEASE=1), (3000, 5000, 1000)),
+    (dict(CLUSTER=2, RELEASE=1), (1000, 1000, 1024)),
+    (dict(BK=128, STAGES=2, RELEASE=1), (1000, 3000, 1000)),
+    (dict(BN=224, TAILW=192, RELEASE=1), (3000, 4040, 4104)),
+    (dict(BN=128, CLUSTER=2, PINGPONG=1, RELEASE=1), (3000, 5000, 1000)),
 ])
 def test_wgmma_side_by_side_interleaved(config, size):
     """Hopper only: a gemm_wgmma variant measured the way benchmarks end (ours and cuBLAS

@@ -124,6 +124,9 @@
 #error "BK must be 64 or 128"
 #endif
 
+#ifndef RELEASE
+#define RELEASE 0      // 1: each k-tile's MMAs issued in two halves, the previous stage freed
+#endif                 // between them (cuBLAS's order) instead of after all of them
 #ifndef PINGPONG
 #define PINGPONG 0     // 1 (persistent, 2 consumers): each consumer takes every other work item
 #endif                 // whole (BM rows), so one's epilogue runs beside the other's MMAs
@@ -348,9 +351,21 @@ gemm_wgmma(const uint16_t* __restrict__ A, const uint16_t* __restrict__ B, uint1
           const auto st = Cursor<STAGES>::at(it);
           ring.wait(st);
           wgmma::fence();
-          wgmma::mma_ss_k_tiles<WD, BK / 16, MT, Elem>(
-              acc, sA + st.stage * A_TILE_BYTES + WROW(c) * 128, 64 * 128, A_SUB_BYTES,
-              sB + st.stage * B_TILE_BYTES, B_SUB_BYTES);
+          const uint32_t a0 = sA + st.stage * A_TILE_BYTES + WROW(c) * 128;
+          const uint32_t b0 = sB + st.stage * B_TILE_BYTES;
+#if RELEASE
+          // the k-tile's MMAs in two halves (its m64 tiles' halves, or with one tile its k16
+          // steps' halves), the previous stage freed between them: once the first half is
+          // queued, the wait is only for the previous k-tile's MMAs
+          constexpr int HMT = MT >= 2 ? MT / 2 : 1;
+          constexpr int HKS = MT >= 2 ? BK / 16 : BK / 32;
+          constexpr uint32_t A2 = MT >= 2 ? HMT * 64 * 128 : (HKS / 4) * A_SUB_BYTES + (HKS % 4) * 32;
+          constexpr uint32_t B2 = MT >= 2 ? 0 : (HKS / 4) * B_SUB_BYTES + (HKS % 4) * 32;
+          wgmma::mma_ss_k_tiles<WD, HKS, HMT, Elem>(acc, a0, 64 * 128, A_SUB_BYTES, b0, B_SUB_BYTES);
+#else
+          wgmma::mma_ss_k_tiles<WD, BK / 16, MT, Elem>(acc, a0, 64 * 128, A_SUB_BYTES, b0,
+                                                       B_SUB_BYTES);
+#endif
           wgmma::commit();
           fence_acc();
           if (kt > w.kb) {   // the previous stage's MMAs have retired: free it
@@ -358,6 +373,13 @@ gemm_wgmma(const uint16_t* __restrict__ A, const uint16_t* __restrict__ B, uint1
             fence_acc();
             if (lane == 0) ring.release_cluster<CLUSTER>(prev);
           }
+#if RELEASE
+          wgmma::fence();
+          wgmma::mma_ss_k_tiles<WD, HKS, HMT, Elem>(acc + (MT >= 2 ? HMT : 0), a0 + A2, 64 * 128,
+                                                    A_SUB_BYTES, b0 + B2, B_SUB_BYTES);
+          wgmma::commit();
+          fence_acc();
+#endif
           prev = st;
         }
       };
