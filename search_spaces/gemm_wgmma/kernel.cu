@@ -449,6 +449,12 @@ gemm_wgmma(const uint16_t* __restrict__ A, const uint16_t* __restrict__ B, uint1
         const int jsel = lane / 16;
         // box b's first column in the item: whole boxes, then the overlapping last one
         const auto bcol = [](int b) { return b < WD / 64 ? 64 * b : WD - 64; };
+        // the last columns of slab mt, fewer than EPI_OVERLAP_MIN past the boxes: from registers
+        const auto last_cols = [&](int mt) {
+          if constexpr (WD % 64 != 0 && WD % 64 < EPI_OVERLAP_MIN)
+            epi::store_cols<WD / 64 * 8, WD / 8, Elem>(
+                acc[mt], C, tm * BM + WROW(c) + mt * 64 + warp * 16 + lane / 4, col0, M, N);
+        };
 #if EPI == 4
         // this warp's 16 rows of each box, 2 KB at warp * 2048 in a slice of the ring; its lane 0
         // waits for its own store from that slice GB boxes ago to have read it, and stores it
@@ -468,10 +474,7 @@ gemm_wgmma(const uint16_t* __restrict__ A, const uint16_t* __restrict__ B, uint1
               tma::store_commit();
             }
           }
-          if constexpr (WD % 64 != 0 && WD % 64 < EPI_OVERLAP_MIN)   // the last columns
-            epi::store_cols<WD / 64 * 8, WD / 8, Elem>(acc[mt], C,
-                                                 tm * BM + WROW(c) + mt * 64 + warp * 16 + lane / 4,
-                                                 col0, M, N);
+          last_cols(mt);
         }
 #else
 #pragma unroll
@@ -502,10 +505,7 @@ gemm_wgmma(const uint16_t* __restrict__ A, const uint16_t* __restrict__ B, uint1
               tma::store_commit();
             }
           }
-          if constexpr (WD % 64 != 0 && WD % 64 < EPI_OVERLAP_MIN)   // the last columns
-            epi::store_cols<WD / 64 * 8, WD / 8, Elem>(acc[mt], C,
-                                                 tm * BM + WROW(c) + mt * 64 + warp * 16 + lane / 4,
-                                                 col0, M, N);
+          last_cols(mt);
         }
 #endif
       };
