@@ -238,10 +238,10 @@ def test_constraints_reject_oversized_configs():
     # full product, 1.3e8 configurations, took minutes)
     from porter.build.check import prefix_check
     from porter.search.searcher import SearchSpace
-    names = tpl.param_names
-    walk = SearchSpace(tpl.params, lambda k: _feasible(tpl, dict(zip(names, k))),
-                       prefix_check(tpl, SM90A, [(4096, 4096, 4096)]))
-    n = sum(1 for k in walk.candidates() if _feasible(tpl, dict(zip(names, k))))
+    def ok(k):
+        return _feasible(tpl, dict(zip(tpl.param_names, k)))
+    walk = SearchSpace(tpl.params, ok, prefix_check(tpl, SM90A, [(4096, 4096, 4096)]))
+    n = sum(1 for k in walk.candidates() if ok(k))
     assert 20 <= n < tpl.space_size()
 
 

@@ -163,7 +163,9 @@
 #endif                               // last whole box stores them in an overlapping box, else
                                      // from the registers (H200: 2-5 % faster at 40-56 columns,
                                      // ~1 % slower at 8-16; gemm_probe_overlap_h200.json)
-#define NBOX (BN % 64 >= EPI_OVERLAP_MIN ? (BN + 63) / 64 : BN / 64)   // boxes a slab takes
+// 64-column boxes a width w takes (its last one overlapping where that stores the remainder)
+#define NBOX_OF(w) ((w) % 64 >= EPI_OVERLAP_MIN ? ((w) + 63) / 64 : (w) / 64)
+#define NBOX NBOX_OF(BN)             // boxes a slab takes
 #if EPI >= 2 && (BN < 64 || SWAP)
 #error "EPI=2/3/4 store 64-column boxes (the last one may overlap the one before): BN >= 64, no SWAP"
 #endif
@@ -441,7 +443,7 @@ gemm_wgmma(const uint16_t* __restrict__ A, const uint16_t* __restrict__ B, uint1
       const auto epi = [&](auto wdc) {
         constexpr int WD = decltype(wdc)::value;
         constexpr int BOX = 64 * 64 * 2;
-        constexpr int NB = WD % 64 >= EPI_OVERLAP_MIN ? (WD + 63) / 64 : WD / 64;   // boxes
+        constexpr int NB = NBOX_OF(WD);                           // boxes
         constexpr int GB = EPI == 2 ? NBOX : EPI_W / 64;         // boxes per group
         const uint32_t cbuf = sC + c * (EPI == 2 ? MT * NBOX * BOX : GB * BOX);
         // stmatrix: this thread's row of matrix lane / 8 = (column block +lane/16, half lane/8%2)
@@ -449,9 +451,9 @@ gemm_wgmma(const uint16_t* __restrict__ A, const uint16_t* __restrict__ B, uint1
         const int jsel = lane / 16;
         // box b's first column in the item: whole boxes, then the overlapping last one
         const auto bcol = [](int b) { return b < WD / 64 ? 64 * b : WD - 64; };
-        // the last columns of slab mt, fewer than EPI_OVERLAP_MIN past the boxes: from registers
+        // the last columns of slab mt that no box covers: from registers
         const auto last_cols = [&](int mt) {
-          if constexpr (WD % 64 != 0 && WD % 64 < EPI_OVERLAP_MIN)
+          if constexpr (NB * 64 < WD)
             epi::store_cols<WD / 64 * 8, WD / 8, Elem>(
                 acc[mt], C, tm * BM + WROW(c) + mt * 64 + warp * 16 + lane / 4, col0, M, N);
         };
