@@ -136,7 +136,9 @@ def main(argv=None):
                          "(one timing repeat), not timed for a figure")
     args = ap.parse_args(argv)
     probes = json.loads(Path(args.probes).read_text()) if args.probes else PROBES
-    items = configs(probes)
+    from porter.spec.template import find_template
+    complete = find_template(args.template).complete
+    items = [(s, {**complete(c), **c}) for s, c in configs(probes)]   # (c: DEV_ macros too)
     if args.compile_only:
         bad = check(items, 132, args.template)
         for (shape, key), why in bad.items():

@@ -242,6 +242,7 @@ gemm_wgmma(const uint16_t* __restrict__ A, const uint16_t* __restrict__ B, uint1
   // it (the consumer's rows, its MMA descriptors) stays in uniform registers
   const int wg = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0);
   const int tid = threadIdx.x % 128;
+  TRACE_START(threadIdx.x == 0);   // DEV_TRACE=1 only (hopper/trace.cuh): the phases' timeline
 
   if (threadIdx.x == 0) {
     // every consumer warp of the cluster frees a stage (PINGPONG: those of the one reading it)
@@ -257,6 +258,7 @@ gemm_wgmma(const uint16_t* __restrict__ A, const uint16_t* __restrict__ B, uint1
   __syncthreads();
   const uint32_t crank = 0;
 #endif
+  TRACE(threadIdx.x == 0, 16);   // barriers ready
 
   // Tiles are counted in cluster units: a unit is CLUSTER tiles stacked along M.
   // Tile rows run over MR (wgmma's M), tile columns over NC: C's rows and columns, or with
@@ -277,10 +279,12 @@ gemm_wgmma(const uint16_t* __restrict__ A, const uint16_t* __restrict__ B, uint1
     // ------------------------------------------------------------------ producer
     warpgroup::shrink_regs<PRODUCER_REGS>();
     if (tid == 0) {
+      TRACE(true, 17);
       tma::prefetch_desc(&tmA);
       tma::prefetch_desc(&tmB);
       if (EPI >= 2) tma::prefetch_desc(&tmC);
       if (TAILW) tma::prefetch_desc(&tmBp);
+      TRACE(true, 18);
       uint32_t it = 0;
       while (Sched::at(it, w, nitems, kt_n)) {
         int tm, tn, cs, wsel;
@@ -289,6 +293,7 @@ gemm_wgmma(const uint16_t* __restrict__ A, const uint16_t* __restrict__ B, uint1
         for (int kt = w.kb; kt < w.ke; ++kt, ++it) {
           const auto st = Cursor<STAGES>::at(it);
           ring.acquire(st);
+          TRACE(it == 0, 19);
           // a re-cut piece loads TAILW + 8 rows of B (smem traffic, not only MMAs, sets the pace)
           const uint32_t full =
               ring.commit(st, wsel ? A_TILE_BYTES + KSUB * (TAILW + 8) * 128 : STAGE_BYTES);
@@ -305,13 +310,24 @@ gemm_wgmma(const uint16_t* __restrict__ A, const uint16_t* __restrict__ B, uint1
                          kt * BK + 64 * j, cs);
 #endif
           }
+          TRACE(it == 0, 1);   // the first stage's loads issued
         }
       }
+      TRACE(true, 14);         // every load issued
+#if CLUSTER > 1
+      // every stage freed by every consumer of the cluster: nothing of the peers' reaches this
+      // CTA any more, so it may leave without a cluster barrier (its consumers keep the CTA
+      // while they store). A barrier at exit cost 1-5 % at K = 1000 (H100,
+      // gemm_trace_exit_h100.json).
+      ring.drain(it);
+      TRACE(true, 24);
+#endif
     }
   } else {
     // ------------------------------------------------------------------ consumers
     warpgroup::grow_regs<CONSUMER_REGS>();
     const int c = wg - 1;
+    TRACE(tid == 0 && c == 0, 20);
     const int warp = tid / 32, lane = tid % 32;
     float acc[MT][BN / 2];
     const auto fence_acc = [&]() {
@@ -323,6 +339,8 @@ gemm_wgmma(const uint16_t* __restrict__ A, const uint16_t* __restrict__ B, uint1
     (void)item;
     uint32_t ebox = 0;   // EPI=4: boxes this warp has stored (its slice ring's position)
     (void)ebox;
+    int ntr = 0;         // DEV_TRACE: items this consumer has finished
+    (void)ntr;
     // (this loop form, and not `while (at(...))`, is the one ptxas keeps the accumulators of
     // every configuration in registers for, without serializing the wgmmas)
     for (bool more = Sched::at(it, w, nitems, kt_n); more; more = Sched::at(it, w, nitems, kt_n)) {
@@ -352,6 +370,11 @@ gemm_wgmma(const uint16_t* __restrict__ A, const uint16_t* __restrict__ B, uint1
         for (int kt = w.kb; kt < w.ke; ++kt, ++it) {
           const auto st = Cursor<STAGES>::at(it);
           ring.wait(st);
+          TRACE(tid == 0 && kt == w.kb && c < 2 && ntr == 0, 2 + 3 * c);   // first data in
+          TRACE(tid == 0 && kt == w.kb && c == 0, 15);                     // (of its last item)
+          TRACE(tid == 0 && kt == w.kb + 1 && c == 0 && ntr == 0, 21);     // the second k-tile's
+          TRACE(tid == 0 && kt == w.kb + STAGES && c == 0 && ntr == 0, 22);  // first refill's
+          TRACE(tid == 0 && kt == w.ke - 1 && c == 0 && ntr == 0, 23);     // the last k-tile's
           wgmma::fence();
           const uint32_t a0 = sA + st.stage * A_TILE_BYTES + WROW(c) * 128;
           const uint32_t b0 = sB + st.stage * B_TILE_BYTES;
@@ -400,6 +423,8 @@ gemm_wgmma(const uint16_t* __restrict__ A, const uint16_t* __restrict__ B, uint1
       wgmma::wait<0>();
       fence_acc();
       if (lane == 0) ring.release_cluster<CLUSTER>(prev);
+      TRACE(tid == 0 && c < 2 && ntr == 0, 3 + 3 * c);   // k-loop done
+      TRACE(tid == 0 && c == 0, 8);                      // (its last item's)
 
       const int col0 = cs + (lane % 4) * 2;
 #if SPLITK > 1 || STREAMK
@@ -533,14 +558,18 @@ gemm_wgmma(const uint16_t* __restrict__ A, const uint16_t* __restrict__ B, uint1
         else epi::store_cols<0, BN / 8, Elem>(acc[mt], C, row, col0, M, N);   // all checked
       }
 #endif
+      TRACE(tid == 0 && c < 2 && ntr == 0, 4 + 3 * c);   // epilogue issued
+      TRACE(tid == 0 && c == 0, 9);                      // (its last item's)
+      ++ntr;
     }
+    TRACE_VAL(tid == 0 && c == 0, 12, ntr);
   }
 #if EPI >= 2
   // the staging smem must outlive the stores (EPI=4: every warp's lane 0 issued some)
   if (wg > 0 && (EPI == 4 ? tid % 32 == 0 : tid == 0)) tma::store_wait_all();
 #endif
-#if CLUSTER > 1
-  // No CTA may leave while its peers can still multicast into it or arrive on its barriers.
-  cluster_sync();
-#endif
+  TRACE(wg == 1 && tid == 0, 10);   // its stores done
+  TRACE(threadIdx.x == 0, 11);
+  TRACE_VAL(threadIdx.x == 0, 13, trace_smid());
+  TRACE_FLUSH(tid == 0);
 }

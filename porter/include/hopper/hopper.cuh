@@ -10,6 +10,7 @@
 //   epilogue.cuh   accumulators to a row-major bf16 matrix: direct, staged, stmatrix + TMA store
 //   tile_scheduler.cuh  a GEMM's work items: grouped raster, persistent, split-K, stream-K
 //   tile_reduce.cuh     tiles computed in parts summed through a workspace (split-K, stream-K)
+//   trace.cuh      a development timeline of a kernel's phases (DEV_TRACE=1 only)
 // A Blackwell (tcgen05 / TMEM) set would sit beside this folder as blackwell/, sharing the
 // TMA and barrier parts.
 #pragma once
@@ -22,3 +23,4 @@
 #include "hopper/epilogue.cuh"
 #include "hopper/tile_scheduler.cuh"
 #include "hopper/tile_reduce.cuh"
+#include "hopper/trace.cuh"

@@ -4,7 +4,8 @@
 // Each stage has a "full" mbarrier (one producer arrival that announces the stage's bytes; the
 // TMA completes it) and an "empty" mbarrier (`consumers` arrivals once they are done reading).
 // Both sides walk the ring with a Cursor: stage index and phase parity, flipped on wrap.
-//   producer: acquire(c) -> commit(c, bytes) -> issue TMA loads on full_bar(c) -> c.advance()
+//   producer: acquire(c) -> commit(c, bytes) -> issue TMA loads on full_bar(c) -> c.advance();
+//             drain(count) after the last load
 //   consumer: wait(c) -> read (MMAs) -> release(c) once the reads are done -> c.advance()
 // A kernel that counts its stages anyway can take Cursor::at(count) instead of keeping a
 // cursor live across its loops. Clusters whose producers multicast into every CTA free a
@@ -60,6 +61,13 @@ struct Pipeline {
   }
   __device__ __forceinline__ void release(const Cursor<kStages>& c) const {
     mbar_arrive(empty + 8 * c.stage);
+  }
+  // By the producer after its last load (`filled` stages so far): waits until each stage it
+  // filled has been freed, in a cluster by every consumer of every CTA. After it no peer still
+  // reads this CTA's multicast or arrives on its barriers, so a cluster needs no barrier at exit.
+  __device__ __forceinline__ void drain(uint32_t filled) const {
+#pragma unroll 1
+    for (uint32_t i = 0; i < kStages; ++i) acquire(Cursor<kStages>::at(filled + i));
   }
   // One arrival on the stage's empty barrier in each of the kCtas CTAs of this cluster (their
   // producers multicast into this CTA; init() counts kCtas arrivals per consumer).
