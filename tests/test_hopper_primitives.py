@@ -46,7 +46,8 @@ USES = {
         hopper::Ring<3> ring(smem);
         hopper::Cursor<3> d;
         d.advance();
-        ring.release(d);""",
+        ring.release(d);
+        if (threadIdx.x == 0) pipe.drain(out[2]);""",
     "wgmma_bf16.cuh": """
         // operands from memory, as in a kernel (NVRTC 13.0's compiler crashes on descriptors
         // and accumulators that are all compile-time zeros)
@@ -150,6 +151,13 @@ USES = {
           if (R::fix_up<hopper::TileScheduler<1, 1, 2, 0>>(ctr, at, 2, w, 4, 64, acc, smem))
             out[threadIdx.x] += acc[0][7];
         }""",
+    # compiled out here (DEV_TRACE=0); tests/test_gemm_trace.py builds a kernel with it on
+    "trace.cuh": """
+        TRACE_START(threadIdx.x == 0);
+        TRACE(threadIdx.x == 32, 1);
+        TRACE_VAL(threadIdx.x == 0, 2, out[1]);
+        TRACE_FLUSH(threadIdx.x % 128 == 0);
+        out[0] = 1;""",
     "hopper.cuh": """
         out[0] = hopper::Pipeline<4>::barrier_bytes() + hopper::warpgroup::index();""",
 }
