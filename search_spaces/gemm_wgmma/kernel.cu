@@ -244,22 +244,6 @@ gemm_wgmma(const uint16_t* __restrict__ A, const uint16_t* __restrict__ B, uint1
   const int tid = threadIdx.x % 128;
   TRACE_START(threadIdx.x == 0);   // DEV_TRACE=1 only (hopper/trace.cuh): the phases' timeline
 
-  if (threadIdx.x == 0) {
-    // every consumer warp of the cluster frees a stage (PINGPONG: those of the one reading it)
-    ring.init((PINGPONG ? 1 : CONSUMERS) * 4 * CLUSTER);
-    fence_barrier_init();
-  }
-#if CLUSTER > 1
-  cluster_sync();
-  // The CLUSTER CTAs of a cluster take CLUSTER vertically adjacent tiles (same tn) and share the
-  // B tile: each loads 1/CLUSTER of it and multicasts it to all of them.
-  const uint32_t crank = cluster_rank();
-#else
-  __syncthreads();
-  const uint32_t crank = 0;
-#endif
-  TRACE(threadIdx.x == 0, 16);   // barriers ready
-
   // Tiles are counted in cluster units: a unit is CLUSTER tiles stacked along M.
   // Tile rows run over MR (wgmma's M), tile columns over NC: C's rows and columns, or with
   // SWAP its columns and rows (the operands swap roles: B's rows fill the tile rows).
@@ -273,11 +257,69 @@ gemm_wgmma(const uint16_t* __restrict__ A, const uint16_t* __restrict__ B, uint1
   const Recut rc = recut_plan(tiles_m, tiles_n, NC, Sched::ncl());
   const int nitems = rc.Tf + rc.R * rc.P;   // = ntiles without TAILW (the scheduler's items)
   (void)ntiles;
+#if CLUSTER > 1
+  // The CLUSTER CTAs of a cluster take CLUSTER vertically adjacent tiles (same tn) and share the
+  // B tile: each loads 1/CLUSTER of it and multicasts it to all of them.
+  const uint32_t crank = cluster_rank();
+#else
+  const uint32_t crank = 0;
+#endif
   Work w;
+  // The producer's first item, worked out before the barrier below: its ~0.3 us of integer
+  // division would otherwise delay the first load (gemm_trace.py); the empty asm keeps the
+  // compiler from moving the arithmetic past the barrier.
+  Work w0;
+  bool first = false;
+  int tm0 = 0, tn0 = 0, cs0 = 0, ws0 = 0;
+  if (threadIdx.x == 0) {
+    first = Sched::at(0, w0, nitems, kt_n);
+    place(w0.tile, tiles_m, tiles_n, rc, tm0, tn0, cs0, ws0);
+    tm0 = tm0 * CLUSTER + crank;
+    asm volatile("" : "+r"(tm0), "+r"(cs0), "+r"(ws0), "+r"(w0.kb));
+  }
+
+  if (threadIdx.x == 0) {
+    // every consumer warp of the cluster frees a stage (PINGPONG: those of the one reading it)
+    ring.init((PINGPONG ? 1 : CONSUMERS) * 4 * CLUSTER);
+    fence_barrier_init();
+  }
+#if CLUSTER > 1
+  cluster_sync();
+#else
+  __syncthreads();
+#endif
+  TRACE(threadIdx.x == 0, 16);   // barriers ready
 
   if (wg == 0) {
     // ------------------------------------------------------------------ producer
-    warpgroup::shrink_regs<PRODUCER_REGS>();
+    // k-tile kt of the item at (tm, cs) (wsel: its width) into the ring's stage `it`
+    const auto issue = [&](uint32_t it, int kt, int tm, int cs, int wsel) {
+      const auto st = Cursor<STAGES>::at(it);
+      ring.acquire(st);
+      TRACE(it == 0, 19);
+      // a re-cut piece loads TAILW + 8 rows of B (smem traffic, not only MMAs, sets the pace)
+      const uint32_t full =
+          ring.commit(st, wsel ? A_TILE_BYTES + KSUB * (TAILW + 8) * 128 : STAGE_BYTES);
+#pragma unroll
+      for (int j = 0; j < KSUB; ++j) {
+        tma::load_2d(sA + st.stage * A_TILE_BYTES + j * A_SUB_BYTES, mapR, full,
+                     kt * BK + 64 * j, tm * BM);
+#if CLUSTER > 1
+        tma::load_2d_mc(sB + st.stage * B_TILE_BYTES + j * B_SUB_BYTES + crank * (MC_ROWS * 128),
+                        mapC, full, kt * BK + 64 * j, cs + crank * MC_ROWS,
+                        (uint16_t)((1 << CLUSTER) - 1));
+#else
+        tma::load_2d(sB + st.stage * B_TILE_BYTES + j * B_SUB_BYTES, wsel ? &tmBp : mapC, full,
+                     kt * BK + 64 * j, cs);
+#endif
+      }
+      TRACE(it == 0, 1);   // the first stage's loads issued
+    };
+    // The first stage goes out before the warpgroup hands its registers to the consumers
+    // (setmaxnreg waits for all four warps: ~0.15 us that would delay the first load). With the
+    // first item worked out before the barrier: +0.5 to +2.8 % at 1000-2048 (H100, same
+    // process; gemm_probe_first_load_h100.json), nothing lost at 4096^3.
+    uint32_t it = 0;   // k-tiles issued
     if (tid == 0) {
       TRACE(true, 17);
       tma::prefetch_desc(&tmA);
@@ -285,33 +327,18 @@ gemm_wgmma(const uint16_t* __restrict__ A, const uint16_t* __restrict__ B, uint1
       if (EPI >= 2) tma::prefetch_desc(&tmC);
       if (TAILW) tma::prefetch_desc(&tmBp);
       TRACE(true, 18);
-      uint32_t it = 0;
-      while (Sched::at(it, w, nitems, kt_n)) {
+      if (first) issue(it++, w0.kb, tm0, cs0, ws0);
+    }
+    __syncwarp();
+    warpgroup::shrink_regs<PRODUCER_REGS>();
+    if (tid == 0) {
+      uint32_t done = it;   // k-tiles of the current item issued before the loop
+      while (Sched::at(it - done, w, nitems, kt_n)) {
         int tm, tn, cs, wsel;
         place(w.tile, tiles_m, tiles_n, rc, tm, tn, cs, wsel);
         tm = tm * CLUSTER + crank;
-        for (int kt = w.kb; kt < w.ke; ++kt, ++it) {
-          const auto st = Cursor<STAGES>::at(it);
-          ring.acquire(st);
-          TRACE(it == 0, 19);
-          // a re-cut piece loads TAILW + 8 rows of B (smem traffic, not only MMAs, sets the pace)
-          const uint32_t full =
-              ring.commit(st, wsel ? A_TILE_BYTES + KSUB * (TAILW + 8) * 128 : STAGE_BYTES);
-#pragma unroll
-          for (int j = 0; j < KSUB; ++j) {
-            tma::load_2d(sA + st.stage * A_TILE_BYTES + j * A_SUB_BYTES, mapR, full,
-                         kt * BK + 64 * j, tm * BM);
-#if CLUSTER > 1
-            tma::load_2d_mc(sB + st.stage * B_TILE_BYTES + j * B_SUB_BYTES + crank * (MC_ROWS * 128),
-                            mapC, full, kt * BK + 64 * j, cs + crank * MC_ROWS,
-                            (uint16_t)((1 << CLUSTER) - 1));
-#else
-            tma::load_2d(sB + st.stage * B_TILE_BYTES + j * B_SUB_BYTES, wsel ? &tmBp : mapC, full,
-                         kt * BK + 64 * j, cs);
-#endif
-          }
-          TRACE(it == 0, 1);   // the first stage's loads issued
-        }
+        for (int kt = w.kb + (int)done; kt < w.ke; ++kt) issue(it++, kt, tm, cs, wsel);
+        done = 0;
       }
       TRACE(true, 14);         // every load issued
 #if CLUSTER > 1
