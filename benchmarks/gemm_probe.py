@@ -78,9 +78,17 @@ PROBES: dict[str, list[dict]] = {
 }
 
 
-def configs(probes) -> list[tuple[tuple[int, int, int], dict]]:
-    return [(tuple(int(x) for x in s.split("x")), {**BASE, **c})
-            for s, cs in probes.items() for c in cs]
+def configs(probes, template: str = "gemm_wgmma") -> list[tuple[tuple[int, int, int], dict]]:
+    """(shape, configuration) for each probe: BASE under it, the template's defaults for the
+    parameters neither names, and any development macro (DEV_...) it names kept."""
+    from porter.spec.template import find_template
+    complete = find_template(template).complete
+    out = []
+    for s, cs in probes.items():
+        for c in cs:
+            named = {**BASE, **c}
+            out.append((tuple(int(x) for x in s.split("x")), {**complete(named), **named}))
+    return out
 
 
 def _compile(args):
@@ -136,9 +144,7 @@ def main(argv=None):
                          "(one timing repeat), not timed for a figure")
     args = ap.parse_args(argv)
     probes = json.loads(Path(args.probes).read_text()) if args.probes else PROBES
-    from porter.spec.template import find_template
-    complete = find_template(args.template).complete
-    items = [(s, {**complete(c), **c}) for s, c in configs(probes)]   # (c: DEV_ macros too)
+    items = configs(probes, args.template)
     if args.compile_only:
         bad = check(items, 132, args.template)
         for (shape, key), why in bad.items():

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from gemm_probe import configs  # noqa: E402
+from gemm_probe import _compile, configs  # noqa: E402
 
 SLOTS = 32
 # slot: what kernel.cu's TRACE(...) stamps there
@@ -37,7 +37,8 @@ NAMES = ("entry first_load c0_data c0_kend c0_epi c1_data c1_kend c1_epi c0_last
          "p_acquired c0_regs c0_data2 c0_refill c0_data_last p_drained").split()
 ENTRY, FIRST_LOAD, C0_DATA, C0_KEND, C0_EPI, C1_DATA, C1_KEND, C1_EPI, C0_LAST_KEND, \
     C0_LAST_EPI, C0_DRAINED, EXIT, C0_ITEMS, SMID, LOADS_DONE, C0_LAST_DATA, SYNCED, P_REGS, \
-    P_PREFETCHED, P_ACQUIRED, C0_REGS, C0_DATA2, C0_REFILL, C0_DATA_LAST, P_DRAINED = range(25)
+    P_PREFETCHED, P_ACQUIRED, C0_REGS, C0_DATA2, C0_REFILL, C0_DATA_LAST, P_DRAINED = \
+    range(len(NAMES))
 # phases: (name, from slot, to slot)
 PHASES = [("launch_skew", None, ENTRY), ("to_synced", ENTRY, SYNCED),
           ("synced_to_p_regs", SYNCED, P_REGS), ("prefetch", P_REGS, P_PREFETCHED),
@@ -52,13 +53,6 @@ PHASES = [("launch_skew", None, ENTRY), ("to_synced", ENTRY, SYNCED),
           ("drain", C0_LAST_EPI, C0_DRAINED), ("to_exit", C0_DRAINED, EXIT),
           ("loads_to_p_drained", LOADS_DONE, P_DRAINED),
           ("cta_total", ENTRY, "end")]
-
-
-def _compile(cfg):
-    from porter.build.compile import compile_variant
-    from porter.spec.arch import get_arch
-    from porter.spec.template import find_template
-    return compile_variant(find_template("gemm_wgmma"), cfg, get_arch("sm_90a").with_sms(132)).ok
 
 
 def phases(trace, nctas: int) -> dict:
@@ -81,7 +75,12 @@ def phases(trace, nctas: int) -> dict:
             "items_max": max(items), "items_min": min(items), "phases_us": out, "raw": raw}
 
 
-def show(tag, shape, rec, ph):
+def builds(cfg) -> list[tuple[str, dict]]:
+    """The untraced build (timed) and the traced one (its timeline)."""
+    return [("plain", cfg), ("traced", {**cfg, "DEV_TRACE": 1})]
+
+
+def show(tag, shape, ph):
     print(f"{tag:>8s} {'x'.join(map(str, shape)):>16s} span {ph['span_us']:6.1f} | " + " ".join(
         f"{k} {v['median']:.2f}/{v['max']:.2f}" for k, v in ph["phases_us"].items()), flush=True)
 
@@ -105,16 +104,11 @@ def main(argv=None) -> int:
     op = make_op(tpl.op, str(tpl.folder))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    # a probe may name development macros (DEV_...) beside the space's parameters
-    items = [(s, {**tpl.complete(c), **c})
-             for s, c in configs(json.loads(Path(args.probes).read_text()))]
-    builds_of = {}
-    for shape, cfg in items:
-        bl = [("plain", cfg), ("traced", {**cfg, "DEV_TRACE": 1})]
-        builds_of[(shape, json.dumps(cfg))] = bl
+    items = configs(json.loads(Path(args.probes).read_text()))
     # every build compiled up front in parallel (compile_variant's cache serves them below)
     with ProcessPoolExecutor(min(12, os.cpu_count() or 2)) as ex:
-        list(ex.map(_compile, [c for bl in builds_of.values() for _, c in bl]))
+        list(ex.map(_compile, [(c, arch.sms, tpl.name) for _, cfg in items
+                               for _, c in builds(cfg)]))
     records = []
     for shape, cfg in items:
         rec = {"gpu": dev.get("gpu", ""), "driver": dev.get("driver", ""),
@@ -127,7 +121,7 @@ def main(argv=None) -> int:
              "cluster": launch.cluster, "tensor_maps": tpl.map_boxes(env)}
         ws = cp.zeros(max(tpl.workspace_bytes(cfg, arch, shape), 16), dtype=cp.uint8)
         fns = {}
-        for tag, c in builds_of[(shape, json.dumps(cfg))]:
+        for tag, c in builds(cfg):
             comp = compile_variant(tpl, c, arch)
             if not comp.ok:
                 rec.update(status="compile_failed", reason=(comp.log or "")[-300:])
@@ -170,7 +164,7 @@ def main(argv=None) -> int:
             if tag == "traced":
                 rec["error"] = op.error(state)
             rec[tag] = ph
-            show(tag, shape, rec, ph)
+            show(tag, shape, ph)
         (out / "gemm_trace.json").write_text(json.dumps(
             {"benchmark": "gemm_trace", "slots": NAMES, "records": records}))
     return 0
