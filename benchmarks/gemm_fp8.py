@@ -12,6 +12,7 @@ L2 flush, on the same inputs and scales. Run on a Hopper machine:
 --final   the best configuration per shape and mode (from --time / --port, or --params FILE)
           re-timed beside both baselines, with accuracy figures: DIR/gemm_fp8_h200.json
           (benchmarks/results/gemm_fp8_h200.json; docs/notes/gemm_fp8.md)
+--template DIR  time a copy of the template (an earlier commit's) instead, for an A/B
 Ratios are baseline time / ours against the baseline of the same accumulation: ACCUM 1 (fast,
 PROMOTE 0) against use_fast_accum=True, ACCUM 2 (promoted) against use_fast_accum=False.
 """
@@ -51,10 +52,10 @@ CHECK_CONFIGS = [BASE, {**BASE, "EPI": 0}, {**BASE, "STREAMK": 1}, {**BASE, "CLU
 class Runner:
     """Compiles and launches gemm_fp8 configurations in this process (cupy's context)."""
 
-    def __init__(self, arch="sm_90a"):
+    def __init__(self, arch="sm_90a", template="gemm_fp8"):
         import cupy as cp
         self.cp = cp
-        self.tpl = find_template("gemm_fp8")
+        self.tpl = find_template(template)
         self.arch = get_arch(arch)
         from porter.measure.ops import get_op
         self.op = get_op("gemm_fp8")
@@ -319,11 +320,13 @@ def main():
     ap.add_argument("--port-shapes", default="8192x8192x8192")
     ap.add_argument("--final", action="store_true")
     ap.add_argument("--params", default=None, help="JSON of [{size, params}] picks for --final")
+    ap.add_argument("--template", default="gemm_fp8",
+                    help="a template folder to time instead (an earlier or changed copy)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     parse = lambda s: [tuple(int(v) for v in x.split("x")) for x in s.split(",") if x]  # noqa
-    r = Runner()
+    r = Runner(template=args.template)
     t0 = time.time()
     if args.check:
         do_check(r, out)

@@ -283,7 +283,9 @@ gemm_wgmma(const uint16_t* __restrict__ A, const uint16_t* __restrict__ B, uint1
     ring.init((PINGPONG ? 1 : CONSUMERS) * 4 * CLUSTER);
     fence_barrier_init();
   }
-#if CLUSTER > 1
+#if CLUSTER > 1 && DEV_RELAXED_START
+  cluster_sync_relaxed();   // DEV_RELAXED_START=1: development A/B (benchmarks/gemm_probe.py)
+#elif CLUSTER > 1
   cluster_sync();
 #else
   __syncthreads();

@@ -71,4 +71,12 @@ __device__ __forceinline__ void cluster_sync() {
                "barrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
 
+// The start's cluster barrier where the only writes to publish are mbarrier initializations,
+// which fence_barrier_init (fence.mbarrier_init.release.cluster) has already released: the
+// arrive need not be a release.
+__device__ __forceinline__ void cluster_sync_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n"
+               "barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
 }  // namespace hopper
