@@ -12,6 +12,7 @@ L2 flush, on the same inputs and scales. Run on a Hopper machine:
 --final   the best configuration per shape and mode (from --time / --port, or --params FILE)
           re-timed beside both baselines, with accuracy figures: DIR/gemm_fp8_h200.json
           (benchmarks/results/gemm_fp8_h200.json; docs/notes/gemm_fp8.md)
+--ab DIR  the picks timed as this template and as DIR's (an earlier copy), interleaved
 --template DIR  time a copy of the template (an earlier commit's) instead, for an A/B
 Ratios are baseline time / ours against the baseline of the same accumulation: ACCUM 1 (fast,
 PROMOTE 0) against use_fast_accum=True, ACCUM 2 (promoted) against use_fast_accum=False.
@@ -310,6 +311,33 @@ def do_final(r, out, picks, scalings=(1, 2)):
     return records
 
 
+def do_ab(r, other, out, picks):
+    """Each pick of every shape and mode timed as this template and as `other` (an earlier
+    copy) interleaved with both baselines in one run: DIR/ab.json."""
+    from porter.measure.ops.gemm_fp8 import scaled_mm
+    gpu, drv = device_names()
+    rows = []
+    for (M, N, K, scaling, accum), cfgs in sorted(picks.items()):
+        size = (M, N, K, scaling, accum)
+        state = r.op.setup(size, seed=23)
+        for cfg in cfgs:
+            if not r.feasible(cfg, size):
+                continue
+            ms = r.time([r.launcher(cfg, size, state), other.launcher(cfg, size, state),
+                         scaled_mm(state, True), scaled_mm(state, False)])
+            base = ms[2] if accum == 1 else ms[3]
+            rows.append({"gpu": gpu, "size": list(size), "params": cfg, "ours_ms": ms[0],
+                         "other_ms": ms[1], "baseline_ms": base, "ratio": base / ms[0],
+                         "other_ratio": base / ms[1], "gain": ms[1] / ms[0]})
+            print(f"ab {size} {_short(cfg)}: ratio {base / ms[0]:.3f} other {base / ms[1]:.3f} "
+                  f"gain {ms[1] / ms[0]:.3f}", flush=True)
+        del state
+        (out / "ab.json").write_text(json.dumps({"driver": drv,
+                                                 "other": str(other.tpl.folder), "date": datetime.date.today().isoformat(),
+                                                 "records": rows}, indent=1))
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -322,6 +350,9 @@ def main():
     ap.add_argument("--params", default=None, help="JSON of [{size, params}] picks for --final")
     ap.add_argument("--template", default="gemm_fp8",
                     help="a template folder to time instead (an earlier or changed copy)")
+    ap.add_argument("--ab", default=None,
+                    help="a template folder (an earlier copy): the picks timed as both, "
+                         "interleaved with the baselines (DIR/ab.json)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -340,6 +371,9 @@ def main():
         print(f"[{time.time() - t0:.0f} s]", flush=True)
     if args.port:
         add_picks(picks, do_port(out, parse(args.port_shapes), args.port, picks))
+        print(f"[{time.time() - t0:.0f} s]", flush=True)
+    if args.ab:
+        do_ab(r, Runner(template=args.ab), out, picks)
         print(f"[{time.time() - t0:.0f} s]", flush=True)
     if args.final:
         do_final(r, out, picks)

@@ -156,7 +156,7 @@ gemm_fp8(const uint8_t* __restrict__ A, const uint8_t* __restrict__ B, bf16_t* _
     fence_barrier_init();
   }
 #if CLUSTER > 1
-  cluster_sync();
+  cluster_sync_relaxed();   // only the barriers' initialization to publish (fenced above)
 #else
   __syncthreads();
 #endif
