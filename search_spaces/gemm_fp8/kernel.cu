@@ -128,73 +128,52 @@ gemm_fp8(const uint8_t* __restrict__ A, const uint8_t* __restrict__ B, bf16_t* _
   const int wg = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0);
   const int tid = threadIdx.x % 128;
 
-  const int tiles_m = (M + BM * CLUSTER - 1) / (BM * CLUSTER);   // in cluster units
-  const int tiles_n = (N + BN - 1) / BN;
-  const int ntiles = tiles_m * tiles_n;
-  const int kt_n = (K + BK - 1) / BK;
-#if CLUSTER > 1
-  const uint32_t crank = cluster_rank();   // CTAs of a cluster: adjacent tile rows, one B tile
-#else
-  const uint32_t crank = 0;
-#endif
-  Work w;
-  // The producer's first item, worked out before the barrier below so that the first load is
-  // not delayed by its integer division (as in gemm_wgmma); the empty asm keeps the compiler
-  // from moving the arithmetic past the barrier.
-  Work w0;
-  bool first = false;
-  int tm0 = 0, tn0 = 0;
-  if (threadIdx.x == 0) {
-    first = Sched::at(0, w0, ntiles, kt_n);
-    raster_grouped<GROUP_M>(w0.tile, tiles_m, tiles_n, tm0, tn0);
-    tm0 = tm0 * CLUSTER + crank;
-    asm volatile("" : "+r"(tm0), "+r"(tn0), "+r"(w0.kb));
-  }
-
   if (threadIdx.x == 0) {
     ring.init(CONSUMERS * 4 * CLUSTER);   // every consumer warp of the cluster frees a stage
     fence_barrier_init();
   }
 #if CLUSTER > 1
   cluster_sync_relaxed();   // only the barriers' initialization to publish (fenced above)
+  const uint32_t crank = cluster_rank();   // CTAs of a cluster: adjacent tile rows, one B tile
 #else
   __syncthreads();
+  const uint32_t crank = 0;
 #endif
+
+  const int tiles_m = (M + BM * CLUSTER - 1) / (BM * CLUSTER);   // in cluster units
+  const int tiles_n = (N + BN - 1) / BN;
+  const int ntiles = tiles_m * tiles_n;
+  const int kt_n = (K + BK - 1) / BK;
+  Work w;
 
   if (wg == 0) {
     // ------------------------------------------------------------------ producer
-    // k-tile kt of the tile (tm, tn) into the ring's stage `it`
-    const auto issue = [&](uint32_t it, int kt, int tm, int tn) {
-      const auto st = Cursor<STAGES>::at(it);
-      ring.acquire(st);
-      const uint32_t full = ring.commit(st, STAGE_BYTES);
-      tma::load_2d(sA + st.stage * A_TILE_BYTES, &tmA, full, kt * BK, tm * BM);
-#if CLUSTER > 1
-      tma::load_2d_mc(sB + st.stage * B_TILE_BYTES + crank * (B_TILE_BYTES / CLUSTER), &tmB,
-                      full, kt * BK, tn * BN + crank * (BN / CLUSTER),
-                      (uint16_t)((1 << CLUSTER) - 1));
-#else
-      tma::load_2d(sB + st.stage * B_TILE_BYTES, &tmB, full, kt * BK, tn * BN);
-#endif
-    };
-    // the first stage goes out before the warpgroup hands its registers to the consumers
-    uint32_t it = 0;   // k-tiles issued
+    // (gemm_wgmma issues its first stage before setmaxnreg, with the first item worked out
+    // before the start barrier; here that measured 2 % slower on the promoted stream-K picks
+    // and level elsewhere, H100 A/B of the seventh session, so the producer starts as before)
+    warpgroup::shrink_regs<PRODUCER_REGS>();
     if (tid == 0) {
       tma::prefetch_desc(&tmA);
       tma::prefetch_desc(&tmB);
       if (EPI == 3) tma::prefetch_desc(&tmC);
-      if (first) issue(it++, w0.kb, tm0, tn0);
-    }
-    __syncwarp();
-    warpgroup::shrink_regs<PRODUCER_REGS>();
-    if (tid == 0) {
-      uint32_t done = it;   // k-tiles of the current tile issued before the loop
-      while (Sched::at(it - done, w, ntiles, kt_n)) {
+      uint32_t it = 0;   // k-tiles issued
+      while (Sched::at(it, w, ntiles, kt_n)) {
         int tm, tn;
         raster_grouped<GROUP_M>(w.tile, tiles_m, tiles_n, tm, tn);
         tm = tm * CLUSTER + crank;
-        for (int kt = w.kb + (int)done; kt < w.ke; ++kt) issue(it++, kt, tm, tn);
-        done = 0;
+        for (int kt = w.kb; kt < w.ke; ++kt, ++it) {
+          const auto st = Cursor<STAGES>::at(it);
+          ring.acquire(st);
+          const uint32_t full = ring.commit(st, STAGE_BYTES);
+          tma::load_2d(sA + st.stage * A_TILE_BYTES, &tmA, full, kt * BK, tm * BM);
+#if CLUSTER > 1
+          tma::load_2d_mc(sB + st.stage * B_TILE_BYTES + crank * (B_TILE_BYTES / CLUSTER), &tmB,
+                          full, kt * BK, tn * BN + crank * (BN / CLUSTER),
+                          (uint16_t)((1 << CLUSTER) - 1));
+#else
+          tma::load_2d(sB + st.stage * B_TILE_BYTES, &tmB, full, kt * BK, tn * BN);
+#endif
+        }
       }
 #if CLUSTER > 1
       // every stage freed by every consumer of the cluster: nothing of the peers' reaches this
