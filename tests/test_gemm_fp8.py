@@ -47,6 +47,13 @@ CONFIGS = [
     # per-row/column scales loaded before the k-loop
     {**BASE, "EARLY_SCALES": 1, "STREAMK": 1},
     {**BASE, "BN": 192, "STAGES": 5, "PROMOTE": 1, "EARLY_SCALES": 1},
+    # widths that are not whole 64-column boxes (stored from the registers): 128 x 144 promoted
+    # in clusters of 2 (cuBLASLt's promoted tile on the H100), over longer intervals, with
+    # stream-K and early scales (5 column blocks of scales for 144 columns), 160 fast
+    {**BASE, "BN": 144, "STAGES": 6, "PROMOTE": 1, "CLUSTER": 2, "EPI": 0},
+    {**BASE, "BN": 144, "STAGES": 6, "PROMOTE": 2, "EPI": 0},
+    {**BASE, "BN": 144, "STAGES": 6, "PROMOTE": 1, "STREAMK": 1, "EARLY_SCALES": 1, "EPI": 0},
+    {**BASE, "BN": 160, "STAGES": 5, "EPI": 0, "CLUSTER": 2},
 ]
 
 

@@ -32,13 +32,18 @@ BASE = dict(BM=128, BN=256, STAGES=4, CONSUMERS=2, GROUP_M=16, CLUSTER=1, EPI=3,
 FAST = [BASE, {**BASE, "EPI": 0}, {**BASE, "STREAMK": 1}, {**BASE, "CLUSTER": 2, "ORDERED": 1},
         {**BASE, "BM": 64, "BN": 128, "CONSUMERS": 1, "STAGES": 8},
         {**BASE, "BM": 256, "BN": 64}, {**BASE, "BM": 256, "BN": 64, "EARLY_SCALES": 1},
-        {**BASE, "EARLY_SCALES": 1, "STREAMK": 1}]
+        {**BASE, "EARLY_SCALES": 1, "STREAMK": 1},
+        {**BASE, "BN": 160, "STAGES": 5, "EPI": 0, "CLUSTER": 2}]
 PROMOTED = [{**BASE, "BN": 192, "STAGES": 5, "PROMOTE": 1},
             {**BASE, "BN": 128, "STAGES": 6, "PROMOTE": 2},
             {**BASE, "BN": 192, "STAGES": 5, "PROMOTE": 1, "CLUSTER": 2},
             {**BASE, "BN": 128, "STAGES": 6, "PROMOTE": 4, "STREAMK": 1},
             {**BASE, "BN": 192, "STAGES": 5, "PROMOTE": 1, "ORDERED": 1, "STREAMK": 1},
-            {**BASE, "BN": 192, "STAGES": 5, "PROMOTE": 1, "EARLY_SCALES": 1}]
+            {**BASE, "BN": 192, "STAGES": 5, "PROMOTE": 1, "EARLY_SCALES": 1},
+            # 144 columns (not whole 64-column boxes: stored from the registers)
+            {**BASE, "BN": 144, "STAGES": 6, "PROMOTE": 1, "CLUSTER": 2, "EPI": 0},
+            {**BASE, "BN": 144, "STAGES": 6, "PROMOTE": 2, "STREAMK": 1, "EARLY_SCALES": 1,
+             "EPI": 0}]
 # ragged M and N (partial tiles, clipped TMA stores), K not a multiple of 128 (zero-filled
 # k-tile), a long K, and enough tiles for the stream-K tail. torch._scaled_mm takes N and K in
 # multiples of 16 only: the ragged ones are checked against the reference alone.

@@ -87,9 +87,13 @@
 #if WM % 64 != 0
 #error "BM / CONSUMERS must be a multiple of 64"
 #endif
-#if BN % 64 != 0
-#error "BN must be a multiple of 64"
+#if BN % 16 != 0
+#error "BN must be a multiple of 16"
 #endif
+#if EPI == 3 && BN % 64 != 0
+#error "EPI=3 stores whole 64-column boxes: BN must be a multiple of 64 (EPI=0 takes any BN)"
+#endif
+#define SBV ((BN + 31) / 32)           // per-column scales: one per lane and 32-column block
 
 #if CONSUMERS == 1
 #define CONSUMER_REGS 240
@@ -213,7 +217,7 @@ gemm_fp8(const uint8_t* __restrict__ A, const uint8_t* __restrict__ B, bf16_t* _
     // r and r + 8 of this thread's accumulators
     const auto col_scales = [&](float* sb, int tn) {
 #pragma unroll
-      for (int u = 0; u < BN / 32; ++u) {
+      for (int u = 0; u < SBV; ++u) {
         const int col = tn * BN + 32 * u + lane;
         sb[u] = col < N ? __ldg(scale_b + col) : 0.f;
       }
@@ -234,7 +238,7 @@ gemm_fp8(const uint8_t* __restrict__ A, const uint8_t* __restrict__ B, bf16_t* _
         for (int i = 0; i < BN / 2; ++i) acc[mt][i] = 0.f;
       fence_d();
 #if EARLY_SCALES
-      float sbv[BN / 32], sav[MT][2];
+      float sbv[SBV], sav[MT][2];
       if (scaling == 2) {
         col_scales(sbv, tn);
 #pragma unroll
@@ -320,7 +324,7 @@ gemm_fp8(const uint8_t* __restrict__ A, const uint8_t* __restrict__ B, bf16_t* _
       const int row0 = tm * BM + c * WM;           // the consumer's first row
       if (scaling == 2) {
 #if !EARLY_SCALES
-        float sbv[BN / 32], sav[MT][2];
+        float sbv[SBV], sav[MT][2];
         col_scales(sbv, tn);
 #endif
 #pragma unroll
