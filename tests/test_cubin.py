@@ -68,3 +68,21 @@ def test_silent_log_still_gives_resources():
     assert reported.spill_stores > 0 and silent.spill_stores == silent.stack_frame > 0
     clean = binary_resources(cubin, "", "plain")
     assert clean.registers > 0 and clean.spill_stores == 0 and clean.smem_static == 800
+
+
+def test_empty_log_leaves_the_process_bytes_alone():
+    """A compile with nothing to log hands NVRTC a one-byte buffer for the log's terminating
+    zero; that buffer must be the compiler's own, not CPython's shared b" " (which would read
+    b"\\0" everywhere afterwards: SQLAlchemy's compiled module, imported later, then failed in
+    the GPU tests). Run in a child so that a regression cannot reach this process."""
+    import subprocess
+    import sys
+    code = (
+        "from porter.build.compile import _nvrtc_compile\n"
+        "ok, log, cubin = _nvrtc_compile('extern \"C\" __global__ void k(int* p) { p[0] = 1; }',"
+        " 'k.cu', ['--gpu-architecture=sm_90a'])\n"
+        "assert ok and log == '' and cubin[:4] == b'\\x7fELF', (ok, log)\n"
+        "print(list(b' '), list(b' ' * 1), list(bytes([32])))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["[32]", "[32]", "[32]"], out.stdout

@@ -142,18 +142,21 @@ def _nvrtc_compile(source: str, name: str, options: list[str], output: str = "cu
     try:
         opts = [o.encode() for o in options]
         (res,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+        # NVRTC writes into the buffers it is given: mutable ones. (b" " * n was one byte for an
+        # empty log, CPython's shared b" " object: NVRTC's terminating zero turned every b" " of
+        # the process into b"\0", and a C extension imported later, SQLAlchemy's, broke.)
         _, n = nvrtc.nvrtcGetProgramLogSize(prog)
-        buf = b" " * n
+        buf = bytearray(n)
         nvrtc.nvrtcGetProgramLog(prog, buf)
-        log = buf.rstrip(b"\0 ").decode(errors="replace")
+        log = bytes(buf).rstrip(b"\0 ").decode(errors="replace")
         if res != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             return False, log, b""
         size, get = ((nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX) if output == "ptx" else
                      (nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN))
         _, n = size(prog)
-        out = b" " * n
+        out = bytearray(n)
         get(prog, out)
-        return True, log, out
+        return True, log, bytes(out)
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
 
