@@ -10,8 +10,8 @@ L2 flush, on the same inputs and scales. Run on a Hopper machine:
 --port N  porter's engine, N trials per shape and accumulation mode, warm-started from the
           best timed configurations (DIR/porter.db, DIR/port.json)
 --final   the best configuration per shape and mode (from --time / --port, or --params FILE)
-          re-timed beside both baselines, with accuracy figures: DIR/gemm_fp8_h200.json
-          (benchmarks/results/gemm_fp8_h200.json; docs/notes/gemm_fp8.md)
+          re-timed beside both baselines, with accuracy figures: DIR/gemm_fp8_<gpu>.json,
+          h200 on an H200 (benchmarks/results/gemm_fp8_h200.json; docs/notes/gemm_fp8.md)
 --ab DIR  the picks timed as this template and as DIR's (an earlier copy), interleaved
 --template DIR  time a copy of the template (an earlier commit's) instead, for an A/B
 Ratios are baseline time / ours against the baseline of the same accumulation: ACCUM 1 (fast,
@@ -142,6 +142,16 @@ def side_by_side(r, config, size, state):
     return {"ours_ms": ms[0], "scaled_mm_fast_ms": ms[1], "scaled_mm_ms": ms[2],
             "baseline_ms": match, "ratio": match / ms[0], "tflops": 2 * M * N * K / ms[0] / 1e9,
             "baseline_tflops": 2 * M * N * K / match / 1e9}
+
+
+def gpu_tag(name: str) -> str:
+    """The results file's GPU suffix: "h200" for "NVIDIA H200", "h100" for "NVIDIA H100 80GB
+    HBM3", else the name in lower case with runs of other characters as "_"."""
+    import re
+    m = re.search(r"\b([A-Z]+\d{2,4})\b", name.replace("NVIDIA", ""))
+    if m:
+        return m.group(1).lower()
+    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_") or "gpu"
 
 
 def device_names():
@@ -306,7 +316,7 @@ def do_final(r, out, picks, scalings=(1, 2)):
                        "torch": torch.__version__, "timing": "interleaved with both "
                        "torch._scaled_mm modes, L2 flushed before each, median",
                        "records": records}
-                (out / "gemm_fp8_h200.json").write_text(json.dumps(doc, indent=1))
+                (out / f"gemm_fp8_{gpu_tag(gpu)}.json").write_text(json.dumps(doc, indent=1))
             del state
     return records
 

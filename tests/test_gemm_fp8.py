@@ -265,3 +265,13 @@ def test_early_scales_are_loaded_before_the_mmas():
     loads, _, last = where(0)
     assert loads and min(loads) > last
 
+
+
+def test_final_results_file_is_named_after_the_gpu():
+    """A final run on an H100 must not write a file named for the H200 (the issue's figures)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from benchmarks.gemm_fp8 import gpu_tag
+    assert gpu_tag("NVIDIA H200") == "h200"
+    assert gpu_tag("NVIDIA H100 80GB HBM3") == "h100"
+    assert gpu_tag("NVIDIA A100-SXM4-80GB") == "a100"
+    assert gpu_tag("Some GPU") == "some_gpu"
