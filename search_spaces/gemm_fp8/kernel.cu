@@ -154,7 +154,7 @@ gemm_fp8(const uint8_t* __restrict__ A, const uint8_t* __restrict__ B, bf16_t* _
     // ------------------------------------------------------------------ producer
     // (gemm_wgmma issues its first stage before setmaxnreg, with the first item worked out
     // before the start barrier; here that measured 2 % slower on the promoted stream-K picks
-    // and level elsewhere, H100 A/B of the seventh session, so the producer starts as before)
+    // and level elsewhere, gemm_fp8_ab_h100.json, so the producer starts as before)
     warpgroup::shrink_regs<PRODUCER_REGS>();
     if (tid == 0) {
       tma::prefetch_desc(&tmA);
