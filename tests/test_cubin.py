@@ -73,8 +73,8 @@ def test_silent_log_still_gives_resources():
 def test_empty_log_leaves_the_process_bytes_alone():
     """A compile with nothing to log hands NVRTC a one-byte buffer for the log's terminating
     zero; that buffer must be the compiler's own, not CPython's shared b" " (which would read
-    b"\\0" everywhere afterwards: SQLAlchemy's compiled module, imported later, then failed in
-    the GPU tests). Run in a child so that a regression cannot reach this process."""
+    b"\\0" everywhere afterwards). Run in a child so that a regression cannot reach this
+    process."""
     import subprocess
     import sys
     code = (

@@ -266,7 +266,6 @@ def test_early_scales_are_loaded_before_the_mmas():
     assert loads and min(loads) > last
 
 
-
 def test_final_results_file_is_named_after_the_gpu():
     """A final run on an H100 must not write a file named for the H200 (the issue's figures)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

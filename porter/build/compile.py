@@ -144,7 +144,7 @@ def _nvrtc_compile(source: str, name: str, options: list[str], output: str = "cu
         (res,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
         # NVRTC writes into the buffers it is given: mutable ones. (b" " * n was one byte for an
         # empty log, CPython's shared b" " object: NVRTC's terminating zero turned every b" " of
-        # the process into b"\0", and a C extension imported later, SQLAlchemy's, broke.)
+        # the process into b"\0".)
         _, n = nvrtc.nvrtcGetProgramLogSize(prog)
         buf = bytearray(n)
         nvrtc.nvrtcGetProgramLog(prog, buf)
