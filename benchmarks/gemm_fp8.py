@@ -64,12 +64,13 @@ class Runner:
         self.mods = {}
 
     def feasible(self, config, size) -> bool:
-        env = self.tpl.env(config, self.arch, size)
+        env = self.tpl.env(self.tpl.complete(config), self.arch, size)
         return all(bool(c(env)) for c in self.tpl.constraints)
 
     def launcher(self, config, size, state):
         """A function of no arguments that runs `config` on the state's buffers."""
         from porter.measure import tma
+        config = self.tpl.complete(config)   # picks recorded before a parameter existed
         key = self.tpl.config_key(config)
         if key not in self.mods:
             res = compile_variant(self.tpl, config, self.arch)

@@ -26,7 +26,7 @@ from porter.spec.template import INCLUDE_DIR, find_template
 ROOT = Path(__file__).resolve().parents[1]
 SM90A = ARCHS["sm_90a"]
 BASE = dict(BM=128, BN=256, STAGES=4, CONSUMERS=2, GROUP_M=16, CLUSTER=1, EPI=3, STREAMK=0,
-            PROMOTE=0, ORDERED=0, EARLY_SCALES=0)
+            PROMOTE=0, ORDERED=0, EARLY_SCALES=0, PINGPONG=0)
 BIG = (8192, 8192, 8192, 1, 1)
 CONFIGS = [
     BASE,
@@ -54,6 +54,12 @@ CONFIGS = [
     {**BASE, "BN": 144, "STAGES": 6, "PROMOTE": 2, "EPI": 0},
     {**BASE, "BN": 144, "STAGES": 6, "PROMOTE": 1, "STREAMK": 1, "EARLY_SCALES": 1, "EPI": 0},
     {**BASE, "BN": 160, "STAGES": 5, "EPI": 0, "CLUSTER": 2},
+    # ping-pong: each consumer a whole 128 x 128 tile (2 x 64 accumulators), in clusters of 2
+    # with per-row/column scales loaded early, 64-row tiles 256 wide, promoted 128 x 96
+    {**BASE, "BN": 128, "STAGES": 6, "PINGPONG": 1},
+    {**BASE, "BN": 128, "STAGES": 6, "PINGPONG": 1, "CLUSTER": 2, "EARLY_SCALES": 1},
+    {**BASE, "BN": 128, "STAGES": 6, "PINGPONG": 1, "EPI": 0},
+    {**BASE, "BN": 96, "STAGES": 6, "PINGPONG": 1, "PROMOTE": 1, "EPI": 0},
 ]
 
 
@@ -103,6 +109,12 @@ def test_constraints_reject_what_cannot_work():
     assert not _feasible(tpl, BASE, (8192, 8192, 8192, 3, 1))            # no such scaling
     assert not _feasible(tpl, {**BASE, "STREAMK": 1}, (128 * 132, 256, 4096, 1, 1))  # 1 wave
     assert not _feasible(tpl, {**BASE, "BM": 64, "CONSUMERS": 1, "BN": 128, "ORDERED": 1})
+    pp = {**BASE, "BN": 128, "STAGES": 6, "PINGPONG": 1}
+    assert _feasible(tpl, pp)
+    assert not _feasible(tpl, {**pp, "BN": 256, "STAGES": 4})            # 2 x 128 a consumer
+    assert not _feasible(tpl, {**pp, "STREAMK": 1})
+    assert not _feasible(tpl, {**pp, "ORDERED": 1})
+    assert not _feasible(tpl, pp, (1024, 1024, 8192, 1, 1))              # 64 tiles: < 2 a CTA
 
 
 def test_every_seed_is_feasible_somewhere():

@@ -28,12 +28,16 @@ def _has_hopper():
 needs_gpu = pytest.mark.skipif(not _has_hopper(), reason="no Hopper GPU with CuPy and torch")
 
 BASE = dict(BM=128, BN=256, STAGES=4, CONSUMERS=2, GROUP_M=16, CLUSTER=1, EPI=3, STREAMK=0,
-            PROMOTE=0, ORDERED=0, EARLY_SCALES=0)
+            PROMOTE=0, ORDERED=0, EARLY_SCALES=0, PINGPONG=0)
 FAST = [BASE, {**BASE, "EPI": 0}, {**BASE, "STREAMK": 1}, {**BASE, "CLUSTER": 2, "ORDERED": 1},
         {**BASE, "BM": 64, "BN": 128, "CONSUMERS": 1, "STAGES": 8},
         {**BASE, "BM": 256, "BN": 64}, {**BASE, "BM": 256, "BN": 64, "EARLY_SCALES": 1},
         {**BASE, "EARLY_SCALES": 1, "STREAMK": 1},
-        {**BASE, "BN": 160, "STAGES": 5, "EPI": 0, "CLUSTER": 2}]
+        {**BASE, "BN": 160, "STAGES": 5, "EPI": 0, "CLUSTER": 2},
+        # ping-pong: the consumers take whole 128 x 128 tiles in turn
+        {**BASE, "BN": 128, "STAGES": 6, "PINGPONG": 1},
+        {**BASE, "BN": 128, "STAGES": 6, "PINGPONG": 1, "CLUSTER": 2, "EARLY_SCALES": 1},
+        {**BASE, "BN": 128, "STAGES": 6, "PINGPONG": 1, "EPI": 0}]
 PROMOTED = [{**BASE, "BN": 192, "STAGES": 5, "PROMOTE": 1},
             {**BASE, "BN": 128, "STAGES": 6, "PROMOTE": 2},
             {**BASE, "BN": 192, "STAGES": 5, "PROMOTE": 1, "CLUSTER": 2},
@@ -43,11 +47,14 @@ PROMOTED = [{**BASE, "BN": 192, "STAGES": 5, "PROMOTE": 1},
             # 144 columns (not whole 64-column boxes: stored from the registers)
             {**BASE, "BN": 144, "STAGES": 6, "PROMOTE": 1, "CLUSTER": 2, "EPI": 0},
             {**BASE, "BN": 144, "STAGES": 6, "PROMOTE": 2, "STREAMK": 1, "EARLY_SCALES": 1,
-             "EPI": 0}]
+             "EPI": 0},
+            {**BASE, "BN": 96, "STAGES": 6, "PROMOTE": 1, "PINGPONG": 1, "EPI": 0}]
 # ragged M and N (partial tiles, clipped TMA stores), K not a multiple of 128 (zero-filled
 # k-tile), a long K, and enough tiles for the stream-K tail. torch._scaled_mm takes N and K in
 # multiples of 16 only: the ragged ones are checked against the reference alone.
-SIZES = [(1000, 776, 2064), (130, 520, 272), (384, 256, 16384), (2048, 2304, 1024)]
+# (2000, 2344, 1040): ragged with enough tiles for two a CTA (ping-pong)
+SIZES = [(1000, 776, 2064), (130, 520, 272), (384, 256, 16384), (2048, 2304, 1024),
+         (2000, 2344, 1040)]
 
 
 @pytest.fixture(scope="module")
@@ -65,10 +72,12 @@ def _ids(c):
 @pytest.mark.parametrize("config", FAST + PROMOTED, ids=_ids)
 def test_every_scaling_mode_verifies_like_cublaslt(runner, config, scaling):
     accum = 2 if config["PROMOTE"] else 1
+    ran = 0
     for M, N, K in SIZES:
         size = (M, N, K, scaling, accum)
         if not runner.feasible(config, size):
             continue
+        ran += 1
         state = runner.op.setup(size, seed=M + scaling)
         err = runner.errors(config, size, state)
         base = err["scaled_mm_fast" if accum == 1 else "scaled_mm"]
@@ -80,6 +89,7 @@ def test_every_scaling_mode_verifies_like_cublaslt(runner, config, scaling):
         if N % 16 == 0 and K % 16 == 0:
             bound = 1.5 if accum == 1 and K > 8192 else 1.25
             assert err["ours"] <= bound * base + 1e-4, (size, err)
+    assert ran, "no size of SIZES is feasible for this configuration"
 
 
 @needs_gpu

@@ -25,6 +25,9 @@
 //     before its k-loop instead of after it.
 // ORDERED=1 makes the two consumers issue each k-tile's MMAs in turn (named barriers 5 and 6),
 // so that with promotion one adds its sums while the other's MMAs run.
+// PINGPONG=1 (2 consumers): the consumers take a CTA's tiles in turn, each a whole BM x BN tile,
+// so that one's epilogue runs beside the other's MMAs (gemm_wgmma's PINGPONG; named barriers 3
+// and 4 start a consumer's k-loop only once the other has waited for every k-tile before).
 #include "porter.cuh"
 #include "hopper/hopper.cuh"
 
@@ -64,6 +67,12 @@
 #if ORDERED && CONSUMERS != 2
 #error "ORDERED needs CONSUMERS=2"
 #endif
+#ifndef PINGPONG
+#define PINGPONG 0     // 1 (2 consumers, no stream-K or ORDERED): each consumer takes every
+#endif                 // other tile of the CTA, whole
+#if PINGPONG && (CONSUMERS != 2 || STREAMK || ORDERED)
+#error "PINGPONG needs CONSUMERS=2, STREAMK=0 and ORDERED=0"
+#endif
 #ifndef FP8_A
 #define FP8_A 0        // 0: e4m3, 1: e5m2
 #endif
@@ -79,7 +88,8 @@
 
 #define BK 128                        // fp8 along K per stage: one 128-byte swizzle row
 #define THREADS (128 * (CONSUMERS + 1))
-#define WM (BM / CONSUMERS)           // rows per consumer warpgroup
+#define WM (PINGPONG ? BM : BM / CONSUMERS)   // rows per consumer warpgroup (of its own tile)
+#define WROW(c) (PINGPONG ? 0 : (c) * WM)     // its first row in the tile
 #define MT (WM / 64)                  // m64 wgmma tiles per consumer
 #define A_TILE_BYTES (BM * BK)
 #define B_TILE_BYTES (BN * BK)
@@ -133,7 +143,8 @@ gemm_fp8(const uint8_t* __restrict__ A, const uint8_t* __restrict__ B, bf16_t* _
   const int tid = threadIdx.x % 128;
 
   if (threadIdx.x == 0) {
-    ring.init(CONSUMERS * 4 * CLUSTER);   // every consumer warp of the cluster frees a stage
+    // every consumer warp of the cluster frees a stage (PINGPONG: those of the one reading it)
+    ring.init((PINGPONG ? 1 : CONSUMERS) * 4 * CLUSTER);
     fence_barrier_init();
   }
 #if CLUSTER > 1
@@ -228,7 +239,20 @@ gemm_fp8(const uint8_t* __restrict__ A, const uint8_t* __restrict__ B, bf16_t* _
       sa[1] = row + 8 < M ? __ldg(scale_a + row + 8) : 0.f;
     };
     uint32_t it = 0;
+#if PINGPONG
+    uint32_t item = 0;   // this CTA's tiles so far (consumer c takes those of parity c)
+#endif
     for (bool more = Sched::at(it, w, ntiles, kt_n); more; more = Sched::at(it, w, ntiles, kt_n)) {
+#if PINGPONG
+      // the other consumer's tile: its k-tiles pass by in the ring (it frees their stages)
+      if ((item++ & 1u) != (uint32_t)c) {
+        it += w.ke - w.kb;
+        continue;
+      }
+      // and its k-loop starts only once the other's has waited for every k-tile of the tile
+      // before: a full barrier's parity tells a phase from the next lap's, not from later ones
+      if (item > 1) named_sync(3 + c, 256);
+#endif
       int tm, tn;
       raster_grouped<GROUP_M>(w.tile, tiles_m, tiles_n, tm, tn);
       tm = tm * CLUSTER + crank;
@@ -242,7 +266,7 @@ gemm_fp8(const uint8_t* __restrict__ A, const uint8_t* __restrict__ B, bf16_t* _
       if (scaling == 2) {
         col_scales(sbv, tn);
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) row_scales(sav[mt], tm * BM + c * WM, mt);
+        for (int mt = 0; mt < MT; ++mt) row_scales(sav[mt], tm * BM + WROW(c), mt);
       }
 #endif
 
@@ -260,7 +284,7 @@ gemm_fp8(const uint8_t* __restrict__ A, const uint8_t* __restrict__ B, bf16_t* _
         // interval wait for all of them, free this stage and add the sums into acc
         if (ORDERED) named_sync(c == 0 ? 5 : 6, 256);
         wgmma::mma_fp8_k_tiles<BN, BK / 32, MT, FP8_A, FP8_B>(
-            part, sA + st.stage * A_TILE_BYTES + c * (WM * BK), 64 * BK, 0,
+            part, sA + st.stage * A_TILE_BYTES + WROW(c) * BK, 64 * BK, 0,
             sB + st.stage * B_TILE_BYTES, 0, (kt - w.kb) % PROMOTE);
         wgmma::commit();
         if (ORDERED) named_arrive(c == 0 ? 6 : 5, 256);
@@ -285,7 +309,7 @@ gemm_fp8(const uint8_t* __restrict__ A, const uint8_t* __restrict__ B, bf16_t* _
 #else
         if (ORDERED) named_sync(c == 0 ? 5 : 6, 256);
         wgmma::mma_fp8_k_tiles<BN, BK / 32, MT, FP8_A, FP8_B>(
-            acc, sA + st.stage * A_TILE_BYTES + c * (WM * BK), 64 * BK, 0,
+            acc, sA + st.stage * A_TILE_BYTES + WROW(c) * BK, 64 * BK, 0,
             sB + st.stage * B_TILE_BYTES, 0, 1);
         wgmma::commit();
         if (ORDERED) named_arrive(c == 0 ? 6 : 5, 256);
@@ -298,6 +322,12 @@ gemm_fp8(const uint8_t* __restrict__ A, const uint8_t* __restrict__ B, bf16_t* _
         prev = st;
 #endif
       }
+#if PINGPONG
+      {   // the next tile, the other consumer's, may start its k-loop
+        Work nx;
+        if (Sched::at(it, nx, ntiles, kt_n)) named_arrive(3 + (1 - c), 256);
+      }
+#endif
 #if !PROMOTE
       wgmma::wait<0>();
       fence_d();
@@ -321,7 +351,7 @@ gemm_fp8(const uint8_t* __restrict__ A, const uint8_t* __restrict__ B, bf16_t* _
 #endif
 
       // -------------------------------------------------------------- epilogue
-      const int row0 = tm * BM + c * WM;           // the consumer's first row
+      const int row0 = tm * BM + WROW(c);          // the consumer's first row
       if (scaling == 2) {
 #if !EARLY_SCALES
         float sbv[SBV], sav[MT][2];
