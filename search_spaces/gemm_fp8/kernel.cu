@@ -240,18 +240,14 @@ gemm_fp8(const uint8_t* __restrict__ A, const uint8_t* __restrict__ B, bf16_t* _
     };
     uint32_t it = 0;
 #if PINGPONG
-    uint32_t item = 0;   // this CTA's tiles so far (consumer c takes those of parity c)
+    PingPong<3> turns;   // consumer c takes the CTA's tiles of parity c
 #endif
     for (bool more = Sched::at(it, w, ntiles, kt_n); more; more = Sched::at(it, w, ntiles, kt_n)) {
 #if PINGPONG
-      // the other consumer's tile: its k-tiles pass by in the ring (it frees their stages)
-      if ((item++ & 1u) != (uint32_t)c) {
+      if (!turns.take(c)) {   // the other's tile: its k-tiles pass by (it frees their stages)
         it += w.ke - w.kb;
         continue;
       }
-      // and its k-loop starts only once the other's has waited for every k-tile of the tile
-      // before: a full barrier's parity tells a phase from the next lap's, not from later ones
-      if (item > 1) named_sync(3 + c, 256);
 #endif
       int tm, tn;
       raster_grouped<GROUP_M>(w.tile, tiles_m, tiles_n, tm, tn);
@@ -325,7 +321,7 @@ gemm_fp8(const uint8_t* __restrict__ A, const uint8_t* __restrict__ B, bf16_t* _
 #if PINGPONG
       {   // the next tile, the other consumer's, may start its k-loop
         Work nx;
-        if (Sched::at(it, nx, ntiles, kt_n)) named_arrive(3 + (1 - c), 256);
+        PingPong<3>::pass(c, Sched::at(it, nx, ntiles, kt_n));
       }
 #endif
 #if !PROMOTE

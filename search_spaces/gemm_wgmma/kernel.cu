@@ -364,8 +364,9 @@ gemm_wgmma(const uint16_t* __restrict__ A, const uint16_t* __restrict__ B, uint1
       for (int mt = 0; mt < MT; ++mt) wgmma::fence_regs<BN / 2>(acc[mt]);
     };
     uint32_t it = 0;
-    uint32_t item = 0;   // PINGPONG: this CTA's items so far (consumer c takes those of parity c)
-    (void)item;
+#if PINGPONG
+    PingPong<3> turns;   // consumer c takes the CTA's items of parity c
+#endif
     uint32_t ebox = 0;   // EPI=4: boxes this warp has stored (its slice ring's position)
     (void)ebox;
     int ntr = 0;         // DEV_TRACE: items this consumer has finished
@@ -374,14 +375,10 @@ gemm_wgmma(const uint16_t* __restrict__ A, const uint16_t* __restrict__ B, uint1
     // every configuration in registers for, without serializing the wgmmas)
     for (bool more = Sched::at(it, w, nitems, kt_n); more; more = Sched::at(it, w, nitems, kt_n)) {
 #if PINGPONG
-      // the other consumer's item: its k-tiles pass by in the ring (it frees their stages)
-      if ((item++ & 1u) != (uint32_t)c) {
+      if (!turns.take(c)) {   // the other's item: its k-tiles pass by (it frees their stages)
         it += w.ke - w.kb;
         continue;
       }
-      // and its k-loop starts only once the other's has waited for every k-tile of the item
-      // before: a full barrier's parity tells a phase from the next lap's, not from later ones
-      if (item > 1) named_sync(3 + c, 256);
 #endif
       int tm, tn, cs, wsel;
       place(w.tile, tiles_m, tiles_n, rc, tm, tn, cs, wsel);
@@ -446,7 +443,7 @@ gemm_wgmma(const uint16_t* __restrict__ A, const uint16_t* __restrict__ B, uint1
 #if PINGPONG
       {   // the next item, the other consumer's, may start its k-loop
         Work nx;
-        if (Sched::at(it, nx, nitems, kt_n)) named_arrive(3 + (1 - c), 256);
+        PingPong<3>::pass(c, Sched::at(it, nx, nitems, kt_n));
       }
 #endif
       wgmma::wait<0>();

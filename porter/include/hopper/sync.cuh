@@ -54,6 +54,24 @@ __device__ __forceinline__ void named_arrive(uint32_t id, uint32_t threads) {
   asm volatile("bar.arrive %0, %1;" :: "r"(id), "r"(threads) : "memory");
 }
 
+// Ping-pong: two consumer warpgroups (128 threads each) take a CTA's work items in turn, item
+// i going to consumer i % 2. take() says whether the item is consumer c's and, if so, returns
+// once the other consumer has waited for every k-tile of the item before (a full barrier's
+// parity tells a phase from the next lap's, not from later ones); pass() after c's k-loop lets
+// the other start its next item. Named barriers kBar and kBar + 1.
+template <uint32_t kBar = 3>
+struct PingPong {
+  uint32_t item = 0;   // items seen so far
+  __device__ __forceinline__ bool take(int c) {
+    if ((item++ & 1u) != (uint32_t)c) return false;
+    if (item > 1) named_sync(kBar + c, 256);
+    return true;
+  }
+  __device__ __forceinline__ static void pass(int c, bool next) {
+    if (next) named_arrive(kBar + (1 - c), 256);
+  }
+};
+
 // Generic-proxy writes to shared memory (st.shared, stmatrix) become visible to the async
 // proxy (wgmma operands, TMA stores): each writing thread fences before the barrier.
 __device__ __forceinline__ void fence_proxy_async() {
