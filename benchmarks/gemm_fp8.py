@@ -59,7 +59,7 @@ class Runner:
         self.tpl = find_template(template)
         self.arch = get_arch(arch)
         from porter.measure.ops import get_op
-        self.op = get_op("gemm_fp8")
+        self.op = get_op(self.tpl.op)   # gemm_fp8, or gemm_fp8_e5m2 for that variant
         self.flush = cp.empty(64 << 20, dtype=cp.uint8)
         self.mods = {}
 

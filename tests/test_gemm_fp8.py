@@ -18,8 +18,8 @@ from porter.build.compile import compile_variant
 from porter.errors import ArchError, PorterError, TemplateError
 from porter.measure import tma
 from porter.measure.ops import get_op, validate_template
-from porter.measure.ops.gemm_fp8 import (E4M3, check_size, dequantize, from_e4m3, quantize,
-                                         to_e4m3)
+from porter.measure.ops.gemm_fp8 import (E4M3, E5M2, check_size, dequantize, from_e4m3,
+                                         from_fp8, quantize, to_e4m3, to_fp8)
 from porter.spec.arch import ARCHS, check_features, get_arch
 from porter.spec.template import INCLUDE_DIR, find_template
 
@@ -185,6 +185,48 @@ def test_e4m3_conversions_are_exact():
     # nearest: no code lies closer than the chosen one
     d = np.abs(E4M3[None, :0x7F] - np.abs(v)[:, None]).min(axis=1)
     assert np.array_equal(np.abs(q - v), d) and np.all(np.sign(q) * np.sign(v) >= 0)
+
+
+def test_e5m2_conversions_are_exact():
+    # e5m2 is the top byte of an IEEE half: every code's value is that half's
+    half = (np.arange(256, dtype=np.uint16) << 8).view(np.float16).astype(np.float32)
+    assert np.array_equal(E5M2, half, equal_nan=True)
+    assert E5M2[0x7B] == 57344 and E5M2[0x3C] == 1.0 and E5M2[0x01] == 2.0 ** -16
+    finite = np.array([c for c in range(256) if c & 0x7F < 0x7C and c != 0x80], np.uint8)
+    assert np.array_equal(to_fp8(from_fp8(finite, "e5m2"), "e5m2"), finite)   # round trips
+    # ties to the even code (1.125 between 1.0 and 1.25; 1.375 between 1.25 and 1.5), the
+    # smallest subnormal's half to zero, saturation at 57344 (never infinity), the sign kept
+    x = np.array([1.125, 1.375, 2.0 ** -17, 6e4, 1e9, -1e9, -3.3], np.float32)
+    assert list(to_fp8(x, "e5m2")) == [0x3C, 0x3E, 0x00, 0x7B, 0x7B, 0xFB, 0xC3]
+    # nearest against the half rounding of values a half holds exactly (fp32 -> half is exact
+    # for them, so the half's own round-to-nearest-even to 8 bits is the answer)
+    rng = np.random.default_rng(2)
+    h = (rng.standard_normal(20000) * 1000).clip(-57344, 57344).astype(np.float16)
+    bits = h.view(np.uint16).astype(np.uint32)
+    low, top = bits & 0xFF, bits >> 8
+    up = (low > 0x80) | ((low == 0x80) & (top % 2 == 1))
+    want = np.where(up & ((top & 0x7F) < 0x7B), top + 1, top).astype(np.uint8)
+    assert np.array_equal(to_fp8(h.astype(np.float32), "e5m2"), want)
+
+
+def test_e5m2_variant_quantizes_a_in_e5m2_and_compiles(cache):
+    tpl = find_template("gemm_fp8_e5m2")
+    assert tpl.op == "gemm_fp8_e5m2" and "-DFP8_A=1" in tpl.options
+    op = get_op("gemm_fp8_e5m2")
+    assert op.formats == {"A": "e5m2", "B": "e4m3"} and get_op("gemm_fp8").formats["A"] == "e4m3"
+    rng = np.random.default_rng(4)
+    x = (rng.standard_normal((4, 64)) * 1000).astype(np.float32)
+    q, s = quantize(x, True, "e5m2")
+    assert np.all(np.abs(from_fp8(q, "e5m2")).max(axis=1) == 57344)
+    # e5m2 keeps 2 mantissa bits: within 1/8 of a value's magnitude (e4m3: 1/16)
+    assert np.all(np.abs(dequantize(q, s, True, "e5m2") - x) <= np.abs(x) / 8 + s[:, None] * 2 ** -16)
+    from porter.export.opargs import op_args
+    assert op_args(tpl).dtype("A") == "e5m2" and op_args(tpl).dtype("B") == "e4m3"
+    res = compile_variant(tpl, BASE, SM90A, use_cache=False)
+    assert res.ok and res.resources.spill_stores == 0, res.log[-2000:]
+    base = compile_variant(find_template("gemm_fp8"), BASE, SM90A, use_cache=False)
+    # another MMA: e5m2 x e4m3
+    assert Path(res.cubin_path).read_bytes() != Path(base.cubin_path).read_bytes()
 
 
 def test_quantize_uses_the_whole_range_per_tensor_and_per_row():

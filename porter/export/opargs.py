@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from porter.errors import PorterError
 from porter.spec.template import Template
@@ -85,6 +85,9 @@ _BUILTIN = {
                        dtypes={"A": "e4m3", "B": "e4m3", "C": "bf16", "scale_a": "float32",
                                "scale_b": "float32"}),
 }
+# gemm_fp8's variant with A in e5m2: the same arguments
+_BUILTIN["gemm_fp8_e5m2"] = replace(_BUILTIN["gemm_fp8"],
+                                  dtypes={**_BUILTIN["gemm_fp8"].dtypes, "A": "e5m2"})
 BUILTIN_OPS = frozenset(_BUILTIN)
 _KT_KINDS = {"float": "float", "double": "float", "int": "int", "int32": "int",
              "unsigned int": "int", "long": "int", "char": "int"}
