@@ -316,8 +316,8 @@ def test_torch_format_refuses_other_ops_in_one_line(tmp_path):
     store = open_store(f"sqlite:///{tmp_path / 'k.db'}")
     vadd = import_kt(KT / "vector_add.cu", KT / "vector_add.T1.json", tmp_path / "vadd")
     job_id = _compile_only_job(store, str(vadd), ["100000"])
-    with pytest.raises(PorterError, match="the torch format covers the gemm, gemm_fp8, rmsnorm "
-                       "and attention ops"):
+    with pytest.raises(PorterError, match="the torch format covers the gemm, gemm_fp8, "
+                       "gemm_fp8_e5m2, rmsnorm and attention ops"):
         export(store, job_id, "torch", tmp_path / "out")
     assert not (tmp_path / "out" / "vector_add_torch").exists()
 

@@ -93,6 +93,17 @@ def _flat(text):
     return " ".join(text.split())
 
 
+def test_e5m2_variant_package_takes_e5m2_a(tmp_path):
+    """gemm_fp8_e5m2's package checks for float8_e5m2 a and float8_e4m3fn b and says so."""
+    init = torch_package(find_template("gemm_fp8_e5m2"), "sm_90a", [{"size": [64, 64, 64, 1, 1]}])
+    assert "@" + "ADTYPE@" not in init and "@" + "BDTYPE@" not in init
+    assert "a.dtype == torch.float8_e5m2 and b.dtype == torch.float8_e4m3fn" in init
+    assert "takes float8_e5m2 a and float8_e4m3fn b" in init
+    assert 'custom_op("porter::gemm_fp8_e5m2", mutates_args=())' in init
+    assert "a (M x K) float8_e5m2 and b (N x K) float8_e4m3fn" in _flat(init)
+    ast.parse(init)
+
+
 def test_package_registers_the_op_with_its_checks(exported):
     out, paths = exported
     d = out / "gemm_fp8_torch"
@@ -104,7 +115,8 @@ def test_package_registers_the_op_with_its_checks(exported):
     assert init.count("@gemm_fp8.register_fake") == 1
     assert init.count("@gemm_fp8_out.register_fake") == 1
     for check in ("a.dtype == torch.float8_e4m3fn and b.dtype == torch.float8_e4m3fn",
-                  "takes float8_e4m3fn a and b", "their second dimensions (K) must match",
+                  "takes float8_e4m3fn a and float8_e4m3fn b",
+                  "their second dimensions (K) must match",
                   "must be a multiple of 16", "needs contiguous (row-major) a (M x K) and b",
                   "scale_a.dtype == torch.float32 and scale_b.dtype == torch.float32",
                   "needs contiguous scale_a and scale_b",
@@ -191,7 +203,7 @@ def _bad_inputs(torch):
     one = torch.empty((), device="meta")
     ra, rb = torch.empty(M, 1, device="meta"), torch.empty(1, N, device="meta")
     return [
-        ((a.to(torch.bfloat16), b, one, one), r"takes float8_e4m3fn a and b, got "
+        ((a.to(torch.bfloat16), b, one, one), r"takes float8_e4m3fn a and float8_e4m3fn b, got "
                                               r"torch.bfloat16 and torch.float8_e4m3fn"),
         ((a, _meta(torch, N, K, dtype=torch.float8_e5m2), one, one), "takes float8_e4m3fn"),
         ((a, _meta(torch, N, 2 * K), one, one), r"a is \(256, 64\), b is \(128, 128\); their "

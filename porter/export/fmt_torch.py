@@ -12,7 +12,7 @@ export was tuned for it), each with an out variant (NAME_out)."""
 from __future__ import annotations
 
 from porter.errors import PorterError
-from porter.export.fmt_torch_fp8 import GEMM_FP8
+from porter.export.fmt_torch_fp8 import FP8_DTYPES, GEMM_FP8
 from porter.spec.template import Template
 
 _GEMM = '''
@@ -274,7 +274,7 @@ bfloat16 and contiguous; lse is (B, H, S) float32, the natural log-sum-exp of ea
     y = torch.ops.porter.@NAME@(a, b, sa, sb, False)     # use_fast_accum=False: promoted
     torch.ops.porter.@NAME@_out(a, b, sa, sb, None, y)   # into an existing y
     y = @NAME@_torch.scaled_mm(a, b.t(), sa, sb)         # with _scaled_mm's own operands
-a (M x K) and b (N x K) float8_e4m3fn and contiguous, K a multiple of 16; y (M x N) bfloat16,
+a (M x K) @ADTYPE@ and b (N x K) @BDTYPE@, contiguous, K a multiple of 16; y (M x N) bfloat16,
 y[i, j] = sa[i] * sb[j] * sum_k a[i, k] * b[j, k]. Scales float32, as torch._scaled_mm takes
 them: one element each (per tensor; 0-dim will do) or sa (M, 1) and sb (1, N) (a scale per row
 of a and per row of b). use_fast_accum as _scaled_mm's: True fast accumulation, False promoted
@@ -284,7 +284,9 @@ An accumulation that was not tuned is refused (a job tunes one: sizes ending x1 
 promoted).
 """,
 }
-_BODY = {"gemm": _GEMM, "rmsnorm": _RMSNORM, "attention": _ATTENTION, "gemm_fp8": GEMM_FP8}
+_BODY = {"gemm": _GEMM, "rmsnorm": _RMSNORM, "attention": _ATTENTION, "gemm_fp8": GEMM_FP8,
+         "gemm_fp8_e5m2": GEMM_FP8}
+_USAGE["gemm_fp8_e5m2"] = _USAGE["gemm_fp8"]
 _ACCUM_TEXT = {1: "fast (ACCUM 1)", 2: "promoted (ACCUM 2)"}
 
 
@@ -292,11 +294,13 @@ def torch_package(tpl: Template, arch: str, rows: list[dict] | None = None) -> s
     """The package's __init__.py (the module and cubins go beside it). `rows`, the tuned table
     (each with its "size"), names gemm_fp8's tuned accumulations in the docstring."""
     if tpl.op not in _BODY:
-        raise PorterError(f"the torch format covers the gemm, gemm_fp8, rmsnorm and attention "
-                          f"ops; template {tpl.name!r} is a {tpl.op!r} op: export it as python "
-                          "or cu")
+        raise PorterError(f"the torch format covers the gemm, gemm_fp8, gemm_fp8_e5m2, rmsnorm "
+                          f"and attention ops; template {tpl.name!r} is a {tpl.op!r} op: export "
+                          "it as python or cu")
     text = (_HEAD.replace("@USAGE@", _USAGE[tpl.op]) + _BODY[tpl.op])
-    if tpl.op == "gemm_fp8":
+    if tpl.op in FP8_DTYPES:
+        adtype, bdtype = FP8_DTYPES[tpl.op]
+        text = text.replace("@ADTYPE@", adtype).replace("@BDTYPE@", bdtype)
         axis = list(tpl.size_names).index("ACCUM")
         tuned = sorted({int(r["size"][axis]) for r in rows or []})
         text = text.replace("@ACCUMS@", ", ".join(_ACCUM_TEXT.get(x, f"ACCUM {x}")

@@ -1,6 +1,10 @@
-"""The torch format's body for the gemm_fp8 op (porter/export/fmt_torch.py has the others):
+"""The torch format's body for the gemm_fp8 ops (porter/export/fmt_torch.py has the others):
 torch.ops.porter.NAME(a, b, scale_a, scale_b, use_fast_accum) as torch._scaled_mm(a, b.t(),
-scale_a, scale_b, out_dtype=torch.bfloat16, use_fast_accum=...)."""
+scale_a, scale_b, out_dtype=torch.bfloat16, use_fast_accum=...). @ADTYPE@ and @BDTYPE@ are a's
+and b's torch dtypes (FP8_DTYPES: gemm_fp8 e4m3 both, gemm_fp8_e5m2 a in e5m2)."""
+
+FP8_DTYPES = {"gemm_fp8": ("float8_e4m3fn", "float8_e4m3fn"),
+              "gemm_fp8_e5m2": ("float8_e5m2", "float8_e4m3fn")}
 
 GEMM_FP8 = '''
 from typing import Optional
@@ -46,8 +50,8 @@ def _check(a, b, scale_a, scale_b):
     torch._check(a.shape[1] == b.shape[1], lambda: (
         f"porter::@NAME@ computes (scale_a * a) @ (scale_b * b).T: a is {tuple(a.shape)}, b is "
         f"{tuple(b.shape)}; their second dimensions (K) must match"))
-    torch._check(a.dtype == torch.float8_e4m3fn and b.dtype == torch.float8_e4m3fn, lambda: (
-        f"porter::@NAME@ takes float8_e4m3fn a and b, got {a.dtype} and {b.dtype}"))
+    torch._check(a.dtype == torch.@ADTYPE@ and b.dtype == torch.@BDTYPE@, lambda: (
+        f"porter::@NAME@ takes @ADTYPE@ a and @BDTYPE@ b, got {a.dtype} and {b.dtype}"))
     torch._check(a.is_contiguous() and b.is_contiguous(), lambda: (
         "porter::@NAME@ needs contiguous (row-major) a (M x K) and b (N x K), b being "
         "torch._scaled_mm's second operand transposed; call .contiguous() first"))
@@ -99,7 +103,7 @@ def @NAME@(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: tor
            use_fast_accum: Optional[bool] = None) -> torch.Tensor:
     """(scale_a * a) @ (scale_b * b).T in bfloat16 with the tuned kernel, i.e.
     torch._scaled_mm(a, b.t(), scale_a, scale_b, out_dtype=torch.bfloat16): a M x K and b N x K
-    float8_e4m3fn, contiguous; float32 scales, one element each or (M, 1) and (1, N);
+    @ADTYPE@ and @BDTYPE@, contiguous; float32 scales, one element each or (M, 1) and (1, N);
     use_fast_accum as _scaled_mm's, None: promoted where tuned, else fast."""
     scaling = _check(a, b, scale_a, scale_b)
     accum = _accum(use_fast_accum)
