@@ -1,0 +1,55 @@
+#!/bin/bash
+# The GEMM work that waits for a device visit, as one command on the device machine (repository
+# root, $OUT set by the device tool). Carry the wheels (`../shared/tools/device-wheels optuna
+# sqlalchemy alembic colorlog pytest pytest-timeout` writes .whl/): the device's Python has
+# cupy, torch and numpy but not the rest.
+#   bash benchmarks/device_runs.sh sweep=LABEL   H200: the five weak bf16 shapes re-ported and
+#                                                merged into gemm_sweep_h200.json (~250 s),
+#                                                their records labelled LABEL
+#   bash benchmarks/device_runs.sh fp8           gemm_fp8's ping-pong GPU cases first (their
+#                                                picks are left out if they fail), then the final
+#                                                over gemm_fp8_picks.json (~240 s)
+#   bash benchmarks/device_runs.sh tests         the fp8 and engine GPU tests (~200 s)
+#   bash benchmarks/device_runs.sh probe         cuBLAS's own tiles at the weak shapes (~200 s)
+# Several at once: bash benchmarks/device_runs.sh sweep=visitN fp8 (each step has its timeout).
+# Results land under $OUT (sweep/, fp8/, probe/): the device tool brings back 8 files at most.
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
+  .whl/*.whl 2>&1 | tail -2
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 PORTER_CACHE_DIR=/tmp/porter-cache
+GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+echo "GPU: $GPU"; date
+WEAK=1000x3000x1000,3000x5000x1000,1536x1536x1536,7000x9000x3000,3000x4000x4104
+while [ $# -gt 0 ]; do
+  step=$1; shift
+  case $step in
+    sweep=*)
+      label=${step#sweep=}
+      if ! echo "$GPU" | grep -q H200; then echo "sweep: not an H200, skipped"; continue; fi
+      timeout 250 python3 benchmarks/gemm_sweep.py --out "$OUT/sweep" --db /tmp/sweep.db \
+        --label "$label" --merge benchmarks/results/gemm_sweep_h200.json --shapes $WEAK \
+        --deep $WEAK --deep-min-trials 45 --deadline-s 120 2>&1 | tail -30
+      echo "sweep rc ${PIPESTATUS[0]}" ;;
+    fp8)
+      picks=benchmarks/gemm_fp8_picks.json
+      timeout 80 python3 -m pytest -q -x -p no:cacheprovider tests/test_gpu_gemm_fp8.py \
+        -k "scaling_mode and PINGPONG" 2>&1 | tail -6
+      if [ "${PIPESTATUS[0]}" != 0 ]; then
+        echo "ping-pong cases failed: the final leaves the ping-pong picks out"
+        python3 -c "import json; p = json.load(open('$picks')); json.dump([x for x in p if not x['params'].get('PINGPONG')], open('/tmp/picks.json', 'w'))"
+        picks=/tmp/picks.json
+      fi
+      timeout 240 python3 benchmarks/gemm_fp8.py --out "$OUT/fp8" --final --params $picks 2>&1 | tail -40
+      echo "fp8 rc ${PIPESTATUS[0]}" ;;
+    tests)
+      timeout 330 python3 -m pytest -q --timeout 150 -p no:cacheprovider tests/test_gpu_gemm_fp8.py \
+        tests/test_gpu.py 2>&1 | tail -25
+      echo "tests rc ${PIPESTATUS[0]}" ;;
+    probe)
+      timeout 220 python3 benchmarks/gemm_probe.py --out "$OUT/probe" \
+        --probes benchmarks/gemm_probe_vendor_tiles.json 2>&1 | tail -30
+      echo "probe rc ${PIPESTATUS[0]}" ;;
+    *) echo "unknown step $step (sweep=LABEL, fp8, tests, probe)"; exit 2 ;;
+  esac
+  date
+done
+ls -R "$OUT" | head -30
