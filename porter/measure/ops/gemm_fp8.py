@@ -10,9 +10,10 @@ scale_a, scale_b, int M, N, K, scaling, void* workspace, then the template's ten
 over bytes, C over bf16: `tensor_map` builds them).
 
 Inputs are random normal rows of varied magnitude (e^u, u uniform in [-2, 2], per row), quantized
-to e4m3 (e5m2) with the scales each mode would choose (amax / 448; e5m2: amax / 57344). The reference is the fp32 GEMM of
-the dequantized inputs, so it holds no quantization error: what is measured is the kernel's
-own (accumulation, bf16 output), as for the baseline on the same inputs.
+to e4m3 (e5m2) with the scales each mode would choose (amax / 448; e5m2: amax / 57344). The
+reference is the fp32 GEMM of the dequantized inputs, so it holds no quantization error: what
+is measured is the kernel's own (accumulation, bf16 output), as for the baseline on the same
+inputs.
 e4m3 and e5m2 conversions are exact table look-ups (round to nearest even, saturating at 448
 and 57344) that work on NumPy and CuPy arrays alike.
 """
