@@ -129,14 +129,19 @@ def test_e5m2_conversion_agrees_with_torch():
     assert np.array_equal(to_fp8(x, "e5m2"), theirs)
 
 
+@pytest.fixture(scope="module")
+def e5m2_runner():
+    from benchmarks.gemm_fp8 import Runner
+    return Runner(template="gemm_fp8_e5m2")
+
+
 @needs_gpu
 @pytest.mark.parametrize("config", [BASE, PROMOTED[0], {**BASE, "BN": 128, "STAGES": 6,
                                                         "PINGPONG": 1}], ids=_ids)
-def test_e5m2_a_verifies_like_cublaslt(config):
+def test_e5m2_a_verifies_like_cublaslt(e5m2_runner, config):
     """The variant gemm_fp8_e5m2 (A e5m2, B e4m3) against the reference and torch._scaled_mm
     over the same formats."""
-    from benchmarks.gemm_fp8 import Runner
-    r = Runner(template="gemm_fp8_e5m2")
+    r = e5m2_runner
     accum = 2 if config["PROMOTE"] else 1
     ran = 0
     for M, N, K in ((2048, 2304, 1024), (1000, 776, 2064)):

@@ -284,9 +284,9 @@ An accumulation that was not tuned is refused (a job tunes one: sizes ending x1 
 promoted).
 """,
 }
-_BODY = {"gemm": _GEMM, "rmsnorm": _RMSNORM, "attention": _ATTENTION, "gemm_fp8": GEMM_FP8,
-         "gemm_fp8_e5m2": GEMM_FP8}
-_USAGE["gemm_fp8_e5m2"] = _USAGE["gemm_fp8"]
+_BODY = {"gemm": _GEMM, "rmsnorm": _RMSNORM, "attention": _ATTENTION}
+for _op in FP8_DTYPES:   # the fp8 ops share one body and usage, their operand dtypes filled in
+    _BODY[_op], _USAGE[_op] = GEMM_FP8, _USAGE["gemm_fp8"]
 _ACCUM_TEXT = {1: "fast (ACCUM 1)", 2: "promoted (ACCUM 2)"}
 
 

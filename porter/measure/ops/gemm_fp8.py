@@ -203,7 +203,7 @@ def scaled_mm(state, fast: bool):
     """torch._scaled_mm over the state's inputs and scales (B [N, K] row-major is the column-
     major K x N operand it wants), bf16 out, as a function of no arguments; None without
     torch."""
-    fmts = state.get("formats", GemmFp8Op.formats)
+    fmts = state["formats"]   # (setup's: the op's operand formats)
     ta, tb = torch_fp8(state["A"], fmts["A"]), torch_fp8(state["B"], fmts["B"])
     if ta is None:
         return None
