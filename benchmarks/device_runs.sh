@@ -11,6 +11,8 @@
 #                                                over gemm_fp8_picks.json (~240 s)
 #   bash benchmarks/device_runs.sh tests         the fp8 and engine GPU tests (~200 s)
 #   bash benchmarks/device_runs.sh probe         cuBLAS's own tiles at the weak shapes (~200 s)
+#   bash benchmarks/device_runs.sh e5m2          the gemm_fp8_e5m2 variant (A in e5m2) timed
+#                                                with the fast-accumulation picks (~120 s)
 # Several at once: bash benchmarks/device_runs.sh sweep=visitN fp8 (each step has its timeout).
 # Results land under $OUT (sweep/, fp8/, probe/): the device tool brings back 8 files at most.
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
@@ -44,11 +46,16 @@ while [ $# -gt 0 ]; do
       timeout 330 python3 -m pytest -q --timeout 150 -p no:cacheprovider tests/test_gpu_gemm_fp8.py \
         tests/test_gpu.py 2>&1 | tail -25
       echo "tests rc ${PIPESTATUS[0]}" ;;
+    e5m2)
+      python3 -c "import json; p = json.load(open('benchmarks/gemm_fp8_picks.json')); json.dump([x for x in p if x['size'][4] == 1], open('/tmp/picks_e5m2.json', 'w'))"
+      timeout 150 python3 benchmarks/gemm_fp8.py --template gemm_fp8_e5m2 --out "$OUT/e5m2" \
+        --final --params /tmp/picks_e5m2.json 2>&1 | tail -20
+      echo "e5m2 rc ${PIPESTATUS[0]}" ;;
     probe)
       timeout 220 python3 benchmarks/gemm_probe.py --out "$OUT/probe" \
         --probes benchmarks/gemm_probe_vendor_tiles.json 2>&1 | tail -30
       echo "probe rc ${PIPESTATUS[0]}" ;;
-    *) echo "unknown step $step (sweep=LABEL, fp8, tests, probe)"; exit 2 ;;
+    *) echo "unknown step $step (sweep=LABEL, fp8, tests, probe, e5m2)"; exit 2 ;;
   esac
   date
 done
