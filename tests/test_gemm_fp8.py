@@ -252,7 +252,8 @@ class _FakeDriver:
                                       CU_TENSOR_MAP_DATA_TYPE_UINT8="u8")
         self.CUtensorMapInterleave = ns(CU_TENSOR_MAP_INTERLEAVE_NONE="none")
         self.CUtensorMapSwizzle = ns(CU_TENSOR_MAP_SWIZZLE_128B="128B")
-        self.CUtensorMapL2promotion = ns(CU_TENSOR_MAP_L2_PROMOTION_L2_256B="l2")
+        self.CUtensorMapL2promotion = ns(CU_TENSOR_MAP_L2_PROMOTION_L2_256B="l2",
+                                         CU_TENSOR_MAP_L2_PROMOTION_NONE="l2_none")
         self.CUtensorMapFloatOOBfill = ns(CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE="zero")
 
     def cuTensorMapEncodeTiled(self, *args):
@@ -283,6 +284,21 @@ def test_tensor_maps_are_bytes_for_fp8_and_bf16_for_c(monkeypatch):
     state["A"] = _Arr((M, 2056), np.uint8, 0x7f0000000000)            # pitch not 16 bytes
     with pytest.raises(TemplateError, match="over A"):
         op.tensor_map(state, "A", (128, 128), 128)
+
+
+def test_l2_promotion_is_256_bytes_unless_the_probe_knob_names_another(monkeypatch):
+    drv = _FakeDriver()
+    monkeypatch.setattr(tma, "_driver", lambda: drv)
+    state = {"A": _Arr((256, 1024), np.uint8, 0x7f0000000000)}
+    op = get_op("gemm_fp8")
+    monkeypatch.delenv("PORTER_TMA_L2_PROMOTION", raising=False)
+    op.tensor_map(state, "A", (128, 128), 128)
+    monkeypatch.setenv("PORTER_TMA_L2_PROMOTION", "none")
+    op.tensor_map(state, "A", (128, 128), 128)
+    assert [c[9] for c in drv.calls] == ["l2", "l2_none"]
+    monkeypatch.setenv("PORTER_TMA_L2_PROMOTION", "512B")
+    with pytest.raises(ValueError, match="must be one of NONE, L2_64B, L2_128B, L2_256B"):
+        tma.encode_tiled(0x7f0000000000, [1024, 256], [1024], [128, 128], elem_bytes=1)
 
 
 def test_generated_fp8_wgmma_header_matches_its_generator(tmp_path):

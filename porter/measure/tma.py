@@ -11,11 +11,13 @@ module imports nothing from CUDA until called, so it is safe to import on a mach
 from __future__ import annotations
 
 import ctypes
+import os
 import struct
 from typing import Any, Sequence
 
 TENSOR_MAP_BYTES = 128
 _SWIZZLES = {0: "NONE", 32: "32B", 64: "64B", 128: "128B"}
+L2_PROMOTIONS = ("NONE", "L2_64B", "L2_128B", "L2_256B")
 
 
 class TmaError(RuntimeError):
@@ -121,9 +123,9 @@ def encode_tiled(ptr: int, dims: Sequence[int], strides_bytes: Sequence[int],
                  dtype: str | None = None) -> bytes:
     """A rank-N tensor map (arguments as `tiled_params`) of bf16 elements, or with elem_bytes
     1 of bytes (fp8: TMA only copies them) or 4 of fp32, or of the element type `dtype` names
-    (it sets the size too: "float16" is FLOAT16, 2 bytes); interleave none, L2 promotion 256 B,
-    out-of-bounds elements read as zero and stores clip at the edges. Returns the descriptor's
-    128 bytes. `encode_tiled_2d` is the row-major bf16 matrix case."""
+    (it sets the size too: "float16" is FLOAT16, 2 bytes); interleave none, L2 promotion 256 B
+    (`l2_promotion`), out-of-bounds elements read as zero and stores clip at the edges. Returns
+    the descriptor's 128 bytes. `encode_tiled_2d` is the row-major bf16 matrix case."""
     type_name, elem_bytes = data_type(elem_bytes, dtype)
     p = tiled_params(ptr, dims, strides_bytes, box, swizzle, elem_bytes)
     drv = _driver()
@@ -138,7 +140,7 @@ def encode_tiled(ptr: int, dims: Sequence[int], strides_bytes: Sequence[int],
         [u32(e) for e in p["elem_strides"]],
         drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
         getattr(drv.CUtensorMapSwizzle, f"CU_TENSOR_MAP_SWIZZLE_{_SWIZZLES[swizzle]}"),
-        drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        getattr(drv.CUtensorMapL2promotion, f"CU_TENSOR_MAP_L2_PROMOTION_{l2_promotion()}"),
         drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
     ), "cuTensorMapEncodeTiled")
     words = [int(w) for w in tmap.opaque]
@@ -146,6 +148,17 @@ def encode_tiled(ptr: int, dims: Sequence[int], strides_bytes: Sequence[int],
     if len(blob) != TENSOR_MAP_BYTES:
         raise TmaError(f"unexpected CUtensorMap size {len(blob)}")
     return blob
+
+
+def l2_promotion() -> str:
+    """The L2 promotion the tensor maps ask for: L2_256B, or what PORTER_TMA_L2_PROMOTION names
+    (NONE, L2_64B, L2_128B, L2_256B), a development knob for probes such as
+    `benchmarks/device_runs.sh promo`. ValueError (one line) for another value."""
+    v = os.environ.get("PORTER_TMA_L2_PROMOTION", "L2_256B").strip().upper() or "L2_256B"
+    if v not in L2_PROMOTIONS:
+        raise ValueError(f"PORTER_TMA_L2_PROMOTION must be one of {', '.join(L2_PROMOTIONS)}, "
+                         f"not {v!r}")
+    return v
 
 
 def ensure_context(device: int = 0) -> None:
