@@ -11,9 +11,10 @@
 #                                                over gemm_fp8_picks.json (~240 s)
 #   bash benchmarks/device_runs.sh tests         the fp8 and engine GPU tests (~200 s)
 #   bash benchmarks/device_runs.sh probe         cuBLAS's own tiles at the weak shapes (~200 s)
-#   bash benchmarks/device_runs.sh promo         the tensor maps' L2 promotion (NONE, 128 B, the
-#                                                default 256 B) at the misaligned-pitch weak
-#                                                shapes (gemm_probe_l2_promotion.json, ~180 s)
+#   bash benchmarks/device_runs.sh promo         the tensor maps' L2 promotion (the default
+#                                                256 B, then NONE) at the weak shapes whose row
+#                                                pitch is off 32-byte sectors and at K = 1024 /
+#                                                1016 / 1008 (gemm_probe_l2_promotion.json, ~160 s)
 #   bash benchmarks/device_runs.sh e5m2          the gemm_fp8_e5m2 variant (A in e5m2) timed
 #                                                with the fast-accumulation picks (~120 s)
 # Several at once: bash benchmarks/device_runs.sh sweep=visitN fp8 (each step has its timeout).
@@ -55,9 +56,9 @@ while [ $# -gt 0 ]; do
         --final --params /tmp/picks_e5m2.json 2>&1 | tail -20
       echo "e5m2 rc ${PIPESTATUS[0]}" ;;
     promo)
-      for v in L2_256B NONE L2_128B; do
-        PORTER_TMA_L2_PROMOTION=$v timeout 100 python3 benchmarks/gemm_probe.py \
-          --out "$OUT/promo_$v" --probes benchmarks/gemm_probe_l2_promotion.json 2>&1 | tail -9
+      for v in L2_256B NONE; do
+        PORTER_TMA_L2_PROMOTION=$v timeout 110 python3 benchmarks/gemm_probe.py \
+          --out "$OUT/promo_$v" --probes benchmarks/gemm_probe_l2_promotion.json 2>&1 | tail -16
         echo "promo $v rc ${PIPESTATUS[0]}"
       done ;;
     probe)
