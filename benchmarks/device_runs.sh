@@ -11,6 +11,8 @@
 #                                                over gemm_fp8_picks.json (~240 s)
 #   bash benchmarks/device_runs.sh tests         the fp8 and engine GPU tests (~200 s)
 #   bash benchmarks/device_runs.sh probe         cuBLAS's own tiles at the weak shapes (~200 s)
+#   bash benchmarks/device_runs.sh quick         only the GPU tests of what no GPU has run yet
+#                                                (gemm_fp8's ping-pong and e5m2 cases, ~100 s)
 #   bash benchmarks/device_runs.sh promo         the tensor maps' L2 promotion (the default
 #                                                256 B, then NONE) at the weak shapes whose row
 #                                                pitch is off 32-byte sectors and at K = 1024 /
@@ -50,6 +52,10 @@ while [ $# -gt 0 ]; do
       timeout 330 python3 -m pytest -q --timeout 150 -p no:cacheprovider tests/test_gpu_gemm_fp8.py \
         tests/test_gpu.py 2>&1 | tail -25
       echo "tests rc ${PIPESTATUS[0]}" ;;
+    quick)
+      timeout 160 python3 -m pytest -q --timeout 120 -p no:cacheprovider \
+        tests/test_gpu_gemm_fp8.py -k "PINGPONG or e5m2" 2>&1 | tail -12
+      echo "quick rc ${PIPESTATUS[0]}" ;;
     e5m2)
       python3 -c "import json; p = json.load(open('benchmarks/gemm_fp8_picks.json')); json.dump([x for x in p if x['size'][4] == 1], open('/tmp/picks_e5m2.json', 'w'))"
       timeout 150 python3 benchmarks/gemm_fp8.py --template gemm_fp8_e5m2 --out "$OUT/e5m2" \
@@ -65,7 +71,7 @@ while [ $# -gt 0 ]; do
       timeout 220 python3 benchmarks/gemm_probe.py --out "$OUT/probe" \
         --probes benchmarks/gemm_probe_vendor_tiles.json 2>&1 | tail -30
       echo "probe rc ${PIPESTATUS[0]}" ;;
-    *) echo "unknown step $step (sweep=LABEL, fp8, tests, probe, promo, e5m2)"; exit 2 ;;
+    *) echo "unknown step $step (sweep=LABEL, fp8, tests, quick, probe, promo, e5m2)"; exit 2 ;;
   esac
   date
 done
