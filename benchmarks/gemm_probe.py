@@ -153,6 +153,7 @@ def main(argv=None):
         return 1 if any(w.startswith("compile") for w in bad.values()) else 0
     from port_bench import side_by_side
     from porter.measure.backends.gpu import GpuBackend
+    from porter.measure.tma import l2_promotion
     from porter.spec.arch import get_arch
     from porter.spec.template import find_template
     out = Path(args.out)
@@ -172,7 +173,7 @@ def main(argv=None):
     for shape, cfg in items:
         rec = {"gpu": dev.get("gpu", ""), "driver": dev.get("driver", ""),
                "date": datetime.date.today().isoformat(), "shape": list(shape), "params": cfg,
-               "template": args.template}
+               "template": args.template, "l2_promotion": l2_promotion()}
         why = bad.get((shape, tpl.config_key(cfg)))
         if why:
             rec.update(status="skipped", reason=why)
