@@ -20,55 +20,68 @@
 #   bash benchmarks/device_runs.sh e5m2          the gemm_fp8_e5m2 variant (A in e5m2) timed
 #                                                with the fast-accumulation picks (~120 s)
 # Several at once: bash benchmarks/device_runs.sh sweep=visitN fp8 (each step has its timeout).
+# BUDGET_S=N: the steps share N seconds (the call's limit): each step's timeout is cut to what is
+# left, and a step with under half its usual time left is skipped (partial results still land:
+# the fp8 final and the probes write their files after every record).
 # Results land under $OUT (sweep/, fp8/, probe/): the device tool brings back 8 files at most.
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
   .whl/*.whl 2>&1 | tail -2
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 PORTER_CACHE_DIR=/tmp/porter-cache
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 echo "GPU: $GPU"; date
+T0=$(date +%s)
+# the step's usual timeout, cut to the seconds left of BUDGET_S
+# (at least 1: `timeout 0` would mean none)
+cap() {
+  local left=$(( ${BUDGET_S:-100000} - $(date +%s) + T0 ))
+  left=$(( left < 1 ? 1 : left )); echo $(( $1 < left ? $1 : left ))
+}
+declare -A NEED=([fp8]=320 [tests]=330 [quick]=160 [e5m2]=150 [promo]=220 [probe]=220)
 WEAK=1000x3000x1000,3000x5000x1000,1536x1536x1536,7000x9000x3000,3000x4000x4104
 while [ $# -gt 0 ]; do
   step=$1; shift
+  need=${NEED[${step%%=*}]:-250}
+  if [ "$(cap $need)" -lt $((need / 2)) ]; then echo "$step: $(cap $need) s left of BUDGET_S, skipped"; continue; fi
   case $step in
     sweep=*)
       label=${step#sweep=}
       if ! echo "$GPU" | grep -q H200; then echo "sweep: not an H200, skipped"; continue; fi
-      timeout 250 python3 benchmarks/gemm_sweep.py --out "$OUT/sweep" --db /tmp/sweep.db \
+      timeout $(cap 250) python3 benchmarks/gemm_sweep.py --out "$OUT/sweep" --db /tmp/sweep.db \
         --label "$label" --merge benchmarks/results/gemm_sweep_h200.json --shapes $WEAK \
         --deep $WEAK --deep-min-trials 45 --deadline-s 120 2>&1 | tail -30
       echo "sweep rc ${PIPESTATUS[0]}" ;;
     fp8)
       picks=benchmarks/gemm_fp8_picks.json
-      timeout 80 python3 -m pytest -q -x -p no:cacheprovider tests/test_gpu_gemm_fp8.py \
+      timeout $(cap 80) python3 -m pytest -q -x -p no:cacheprovider tests/test_gpu_gemm_fp8.py \
         -k "scaling_mode and PINGPONG" 2>&1 | tail -6
       if [ "${PIPESTATUS[0]}" != 0 ]; then
         echo "ping-pong cases failed: the final leaves the ping-pong picks out"
         python3 -c "import json; p = json.load(open('$picks')); json.dump([x for x in p if not x['params'].get('PINGPONG')], open('/tmp/picks.json', 'w'))"
         picks=/tmp/picks.json
       fi
-      timeout 240 python3 benchmarks/gemm_fp8.py --out "$OUT/fp8" --final --params $picks 2>&1 | tail -40
+      timeout $(cap 240) python3 benchmarks/gemm_fp8.py --out "$OUT/fp8" --final --params $picks 2>&1 | tail -40
       echo "fp8 rc ${PIPESTATUS[0]}" ;;
     tests)
-      timeout 330 python3 -m pytest -q --timeout 150 -p no:cacheprovider tests/test_gpu_gemm_fp8.py \
+      timeout $(cap 330) python3 -m pytest -q --timeout 150 -p no:cacheprovider tests/test_gpu_gemm_fp8.py \
         tests/test_gpu.py 2>&1 | tail -25
       echo "tests rc ${PIPESTATUS[0]}" ;;
     quick)
-      timeout 160 python3 -m pytest -q --timeout 120 -p no:cacheprovider \
+      timeout $(cap 160) python3 -m pytest -q --timeout 120 -p no:cacheprovider \
         tests/test_gpu_gemm_fp8.py -k "PINGPONG or e5m2" 2>&1 | tail -12
       echo "quick rc ${PIPESTATUS[0]}" ;;
     e5m2)
       python3 -c "import json; p = json.load(open('benchmarks/gemm_fp8_picks.json')); json.dump([x for x in p if x['size'][4] == 1], open('/tmp/picks_e5m2.json', 'w'))"
-      timeout 150 python3 benchmarks/gemm_fp8.py --template gemm_fp8_e5m2 --out "$OUT/e5m2" \
+      timeout $(cap 150) python3 benchmarks/gemm_fp8.py --template gemm_fp8_e5m2 --out "$OUT/e5m2" \
         --final --params /tmp/picks_e5m2.json 2>&1 | tail -20
       echo "e5m2 rc ${PIPESTATUS[0]}" ;;
     promo)
       for v in L2_256B NONE; do
-        PORTER_TMA_L2_PROMOTION=$v timeout 110 python3 benchmarks/gemm_probe.py \
+        PORTER_TMA_L2_PROMOTION=$v timeout $(cap 110) python3 benchmarks/gemm_probe.py \
           --out "$OUT/promo_$v" --probes benchmarks/gemm_probe_l2_promotion.json 2>&1 | tail -16
         echo "promo $v rc ${PIPESTATUS[0]}"
       done ;;
     probe)
-      timeout 220 python3 benchmarks/gemm_probe.py --out "$OUT/probe" \
+      timeout $(cap 220) python3 benchmarks/gemm_probe.py --out "$OUT/probe" \
         --probes benchmarks/gemm_probe_vendor_tiles.json 2>&1 | tail -30
       echo "probe rc ${PIPESTATUS[0]}" ;;
     *) echo "unknown step $step (sweep=LABEL, fp8, tests, quick, probe, promo, e5m2)"; exit 2 ;;
