@@ -170,6 +170,12 @@ def test_wave_variants_pick_the_tile_that_fills_the_multiprocessors():
     assert all(v["CLUSTER"] > 1 for v in vs)
     vs = firsts((7000, 9000, 3000), best, vary=("BM", "BN", "SPLITK", "CLUSTER"))
     assert (256, 192, 2) in [(v["BM"], v["BN"], v["CLUSTER"]) for v in vs]
+    # what counts is rows off 32-byte sectors: K = 2000 (rows 4000 bytes apart, on sectors)
+    # ran 1.003 of cuBLAS without a cluster and 0.923 with (the sweep's 6000x7000x2000 trials)
+    arch = get_arch("sm_90a")
+    for k, clustered in ((2000, False), (1000, True)):
+        c1, c2 = (tpl.wave_cost({**best, "CLUSTER": c}, arch, (3000, 5000, k)) for c in (1, 2))
+        assert (c2 < c1) == clustered, (k, c1, c2)
 
 
 def test_tuned_records_fill_new_parameters_and_skip_removed_ones():
