@@ -358,3 +358,17 @@ def test_sweep_jobs_compile_in_the_shared_pool_lent_to_the_engine(tmp_path, monk
         assert len([t for t in submitted if t is not None]) == 4
     with pytest.raises(RuntimeError):               # shut down with the sweep
         pool.submit(None, sweep.tpl, sweep.tpl.start_configs()[0], sweep.arch)
+
+
+def test_pitch_table_takes_the_best_trial_of_the_tile_each_way():
+    from sweep_pitch import pitch_table
+    params = ["BM", "BN", "CLUSTER"]
+    recs = [{"shape": [3000, 5000, 1000], "tried": [
+                ["128,256,1", "measured", 0.70], ["128,256,1", "measured", 0.71],
+                ["128,256,2", "measured", 0.93], ["128,256,4", "failed", None],
+                ["128,192,2", "measured", 0.99]]},
+            {"shape": [4096, 4096, 4096], "tried": [["128,256,1", "measured", 1.0]]}]
+    assert pitch_table(recs, params) == [{"shape": [3000, 5000, 1000], "pitch_mod32": 16,
+                                          "pitch_mod128": 80, "no_cluster": 0.71,
+                                          "cluster": 0.93}]
+    assert pitch_table(recs, params, (128, 192)) == []     # never tried without a cluster
