@@ -9,7 +9,8 @@
 #   bash benchmarks/device_runs.sh fp8           gemm_fp8's ping-pong GPU cases first (their
 #                                                picks are left out if they fail), then the final
 #                                                over gemm_fp8_picks.json (~240 s)
-#   bash benchmarks/device_runs.sh tests         the fp8 and engine GPU tests (~200 s)
+#   bash benchmarks/device_runs.sh tests         the fp8 and engine GPU tests (~200 s; cases an
+#                                                earlier step passed on this machine left out)
 #   bash benchmarks/device_runs.sh probe         cuBLAS's own tiles at the weak shapes (~200 s)
 #   bash benchmarks/device_runs.sh quick         only the GPU tests of what no GPU has run yet
 #                                                (gemm_fp8's ping-pong and e5m2 cases, ~100 s)
@@ -36,12 +37,22 @@ cap() {
   local left=$(( ${BUDGET_S:-100000} - $(date +%s) + T0 ))
   left=$(( left < 1 ? 1 : left )); echo $(( $1 < left ? $1 : left ))
 }
+# gemm_fp8_picks.json's picks for which COND (Python, over a pick x) holds, written to FILE
+picks_where() {
+  python3 -c "import json; p = json.load(open('benchmarks/gemm_fp8_picks.json')); json.dump([x for x in p if $1], open('$2', 'w'))"
+}
+# GPU test cases (pytest -k expressions) that passed in an earlier step or call on this
+# machine: the tests step leaves them out rather than run them twice
+PASSED=/tmp/gpu_tests_passed
+PP_CASES="test_gpu_gemm_fp8 and scaling_mode and PINGPONG"
+NEW_CASES="test_gpu_gemm_fp8 and (PINGPONG or e5m2)"
 declare -A NEED=([fp8]=320 [tests]=330 [quick]=160 [e5m2]=150 [promo]=220 [probe]=220)
 WEAK=1000x3000x1000,3000x5000x1000,1536x1536x1536,7000x9000x3000,3000x4000x4104
 while [ $# -gt 0 ]; do
   step=$1; shift
   need=${NEED[${step%%=*}]:-250}
-  if [ "$(cap $need)" -lt $((need / 2)) ]; then echo "$step: $(cap $need) s left of BUDGET_S, skipped"; continue; fi
+  left=$(cap $need)
+  if [ "$left" -lt $((need / 2)) ]; then echo "$step: $left s left of BUDGET_S, skipped"; continue; fi
   case $step in
     sweep=*)
       label=${step#sweep=}
@@ -53,24 +64,28 @@ while [ $# -gt 0 ]; do
     fp8)
       picks=benchmarks/gemm_fp8_picks.json
       timeout $(cap 80) python3 -m pytest -q -x -p no:cacheprovider tests/test_gpu_gemm_fp8.py \
-        -k "scaling_mode and PINGPONG" 2>&1 | tail -6
+        -k "$PP_CASES" 2>&1 | tail -6
       if [ "${PIPESTATUS[0]}" != 0 ]; then
         echo "ping-pong cases failed: the final leaves the ping-pong picks out"
-        python3 -c "import json; p = json.load(open('$picks')); json.dump([x for x in p if not x['params'].get('PINGPONG')], open('/tmp/picks.json', 'w'))"
+        picks_where "not x['params'].get('PINGPONG')" /tmp/picks.json
         picks=/tmp/picks.json
+      else
+        echo "$PP_CASES" >> $PASSED
       fi
       timeout $(cap 240) python3 benchmarks/gemm_fp8.py --out "$OUT/fp8" --final --params $picks 2>&1 | tail -40
       echo "fp8 rc ${PIPESTATUS[0]}" ;;
     tests)
+      skip=$(awk '{printf "%snot (%s)", (NR > 1 ? " and " : ""), $0}' $PASSED 2>/dev/null)
       timeout $(cap 330) python3 -m pytest -q --timeout 150 -p no:cacheprovider tests/test_gpu_gemm_fp8.py \
-        tests/test_gpu.py 2>&1 | tail -25
+        tests/test_gpu.py ${skip:+-k "$skip"} 2>&1 | tail -25
       echo "tests rc ${PIPESTATUS[0]}" ;;
     quick)
       timeout $(cap 160) python3 -m pytest -q --timeout 120 -p no:cacheprovider \
-        tests/test_gpu_gemm_fp8.py -k "PINGPONG or e5m2" 2>&1 | tail -12
-      echo "quick rc ${PIPESTATUS[0]}" ;;
+        tests/test_gpu_gemm_fp8.py -k "$NEW_CASES" 2>&1 | tail -12
+      rc=${PIPESTATUS[0]}; echo "quick rc $rc"
+      if [ "$rc" = 0 ]; then echo "$NEW_CASES" >> $PASSED; fi ;;
     e5m2)
-      python3 -c "import json; p = json.load(open('benchmarks/gemm_fp8_picks.json')); json.dump([x for x in p if x['size'][4] == 1], open('/tmp/picks_e5m2.json', 'w'))"
+      picks_where "x['size'][4] == 1" /tmp/picks_e5m2.json
       timeout $(cap 150) python3 benchmarks/gemm_fp8.py --template gemm_fp8_e5m2 --out "$OUT/e5m2" \
         --final --params /tmp/picks_e5m2.json 2>&1 | tail -20
       echo "e5m2 rc ${PIPESTATUS[0]}" ;;

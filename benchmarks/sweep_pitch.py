@@ -21,15 +21,14 @@ sys.path.insert(0, str(ROOT))
 def pitch_table(records, params, tile=(128, 256)) -> list[dict]:
     """Rows {shape, pitch_mod32, pitch_mod128, no_cluster, cluster} for the shapes where the
     tile was tried both ways; `params` are the template's parameter names in key order."""
-    i_bm, i_bn, i_cl = (params.index(p) for p in ("BM", "BN", "CLUSTER"))
     rows = []
     for r in records:
         best = {False: None, True: None}
         for key, status, ratio in r.get("tried", []):
-            v = key.split(",")
-            if status != "measured" or ratio is None or (int(v[i_bm]), int(v[i_bn])) != tile:
+            v = dict(zip(params, map(int, key.split(","))))
+            if status != "measured" or ratio is None or (v["BM"], v["BN"]) != tile:
                 continue
-            c = int(v[i_cl]) > 1
+            c = v["CLUSTER"] > 1
             best[c] = ratio if best[c] is None else max(best[c], ratio)
         if best[False] is not None and best[True] is not None:
             pitch = r["shape"][2] * 2
@@ -41,11 +40,12 @@ def pitch_table(records, params, tile=(128, 256)) -> list[dict]:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("results", nargs="?", default=str(ROOT / "benchmarks/results/gemm_sweep_h200.json"))
+    ap.add_argument("results", nargs="?",
+                    default=str(ROOT / "benchmarks/results/gemm_sweep_h200.json"))
     ap.add_argument("--tile", default="128x256")
     args = ap.parse_args(argv)
     from porter.spec.template import find_template
-    params = list(find_template("gemm_wgmma").params)
+    params = find_template("gemm_wgmma").param_names
     doc = json.loads(Path(args.results).read_text())
     tile = tuple(int(x) for x in args.tile.split("x"))
     print(f"{'shape':>18s} {'pitch%32':>8s} {'%128':>5s} {'no cluster':>10s} {'cluster':>8s}")
