@@ -20,6 +20,8 @@
 #                                                1016 / 1008 (gemm_probe_l2_promotion.json, ~160 s)
 #   bash benchmarks/device_runs.sh e5m2          the gemm_fp8_e5m2 variant (A in e5m2) timed
 #                                                with the fast-accumulation picks (~120 s)
+#   bash benchmarks/device_runs.sh rate          the tensor pipe's rate for each tile shape's
+#                                                k-loop alone and with loads (wgmma_rate.py, ~30 s)
 # Several at once: bash benchmarks/device_runs.sh sweep=visitN fp8 (each step has its timeout).
 # BUDGET_S=N: the steps share N seconds (the call's limit): each step's timeout is cut to what is
 # left, and a step with under half its usual time left is skipped (partial results still land:
@@ -46,7 +48,7 @@ picks_where() {
 PASSED=/tmp/gpu_tests_passed
 PP_CASES="test_gpu_gemm_fp8 and scaling_mode and PINGPONG"
 NEW_CASES="test_gpu_gemm_fp8 and (PINGPONG or e5m2)"
-declare -A NEED=([fp8]=320 [tests]=330 [quick]=160 [e5m2]=150 [promo]=220 [probe]=220)
+declare -A NEED=([fp8]=320 [tests]=330 [quick]=160 [e5m2]=150 [promo]=220 [probe]=220 [rate]=40)
 WEAK=1000x3000x1000,3000x5000x1000,1536x1536x1536,7000x9000x3000,3000x4000x4104
 while [ $# -gt 0 ]; do
   step=$1; shift
@@ -95,11 +97,14 @@ while [ $# -gt 0 ]; do
           --out "$OUT/promo_$v" --probes benchmarks/gemm_probe_l2_promotion.json 2>&1 | tail -16
         echo "promo $v rc ${PIPESTATUS[0]}"
       done ;;
+    rate)
+      timeout $(cap 90) python3 benchmarks/wgmma_rate.py --out "$OUT/rate" 2>&1 | tail -24
+      echo "rate rc ${PIPESTATUS[0]}" ;;
     probe)
       timeout $(cap 220) python3 benchmarks/gemm_probe.py --out "$OUT/probe" \
         --probes benchmarks/gemm_probe_vendor_tiles.json 2>&1 | tail -30
       echo "probe rc ${PIPESTATUS[0]}" ;;
-    *) echo "unknown step $step (sweep=LABEL, fp8, tests, quick, probe, promo, e5m2)"; exit 2 ;;
+    *) echo "unknown step $step (sweep=LABEL, fp8, tests, quick, probe, promo, e5m2, rate)"; exit 2 ;;
   esac
   date
 done
