@@ -13,7 +13,8 @@
 #                                                earlier step passed on this machine left out)
 #   bash benchmarks/device_runs.sh probe         cuBLAS's own tiles at the weak shapes (~200 s)
 #   bash benchmarks/device_runs.sh quick         only the GPU tests of what no GPU has run yet
-#                                                (gemm_fp8's ping-pong and e5m2 cases, ~100 s)
+#                                                (gemm_fp8's ping-pong, e5m2 and PSETS=2
+#                                                cases, ~120 s)
 #   bash benchmarks/device_runs.sh promo         the tensor maps' L2 promotion (the default
 #                                                256 B, then NONE) at the weak shapes whose row
 #                                                pitch is off 32-byte sectors and at K = 1024 /
@@ -47,7 +48,7 @@ picks_where() {
 # machine: the tests step leaves them out rather than run them twice
 PASSED=/tmp/gpu_tests_passed
 PP_CASES="test_gpu_gemm_fp8 and scaling_mode and PINGPONG"
-NEW_CASES="test_gpu_gemm_fp8 and (PINGPONG or e5m2)"
+NEW_CASES="test_gpu_gemm_fp8 and (PINGPONG or e5m2 or PSETS)"
 declare -A NEED=([fp8]=320 [tests]=330 [quick]=160 [e5m2]=150 [promo]=220 [probe]=220 [rate]=40)
 WEAK=1000x3000x1000,3000x5000x1000,1536x1536x1536,7000x9000x3000,3000x4000x4104
 while [ $# -gt 0 ]; do

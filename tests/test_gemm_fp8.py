@@ -26,7 +26,7 @@ from porter.spec.template import INCLUDE_DIR, find_template
 ROOT = Path(__file__).resolve().parents[1]
 SM90A = ARCHS["sm_90a"]
 BASE = dict(BM=128, BN=256, STAGES=4, CONSUMERS=2, GROUP_M=16, CLUSTER=1, EPI=3, STREAMK=0,
-            PROMOTE=0, ORDERED=0, EARLY_SCALES=0, PINGPONG=0)
+            PROMOTE=0, ORDERED=0, EARLY_SCALES=0, PINGPONG=0, PSETS=1)
 BIG = (8192, 8192, 8192, 1, 1)
 CONFIGS = [
     BASE,
@@ -60,6 +60,18 @@ CONFIGS = [
     {**BASE, "BN": 128, "STAGES": 6, "PINGPONG": 1, "CLUSTER": 2, "EARLY_SCALES": 1},
     {**BASE, "BN": 128, "STAGES": 6, "PINGPONG": 1, "EPI": 0},
     {**BASE, "BN": 96, "STAGES": 6, "PINGPONG": 1, "PROMOTE": 1, "EPI": 0},
+    # two partial sets in turn (3 x 64 or 3 x 72 accumulators, the consumers at 240 registers):
+    # 128 x 128 alone, in clusters of 2 with early scales from the registers, with stream-K;
+    # 128 x 144 (cuBLASLt's promoted tile); ping-pong 128 x 64; 64 x 128 on one consumer
+    {**BASE, "BN": 128, "STAGES": 6, "PROMOTE": 1, "PSETS": 2},
+    {**BASE, "BN": 128, "STAGES": 6, "PROMOTE": 1, "PSETS": 2, "CLUSTER": 2, "EARLY_SCALES": 1,
+     "EPI": 0},
+    {**BASE, "BN": 128, "STAGES": 6, "PROMOTE": 1, "PSETS": 2, "STREAMK": 1},
+    {**BASE, "BN": 144, "STAGES": 6, "PROMOTE": 1, "PSETS": 2, "CLUSTER": 2, "EPI": 0},
+    {**BASE, "BN": 144, "STAGES": 6, "PROMOTE": 1, "PSETS": 2, "STREAMK": 2, "EARLY_SCALES": 1,
+     "EPI": 0},
+    {**BASE, "BN": 64, "STAGES": 8, "PINGPONG": 1, "PROMOTE": 1, "PSETS": 2},
+    {**BASE, "BM": 64, "CONSUMERS": 1, "BN": 128, "STAGES": 8, "PROMOTE": 1, "PSETS": 2},
 ]
 
 
@@ -115,6 +127,13 @@ def test_constraints_reject_what_cannot_work():
     assert not _feasible(tpl, {**pp, "STREAMK": 1})
     assert not _feasible(tpl, {**pp, "ORDERED": 1})
     assert not _feasible(tpl, pp, (1024, 1024, 8192, 1, 1))              # 64 tiles: < 2 a CTA
+    two = {**BASE, "BN": 128, "STAGES": 6, "PROMOTE": 1, "PSETS": 2}
+    assert _feasible(tpl, two, promoted)
+    assert _feasible(tpl, {**two, "BN": 144, "EPI": 0, "CLUSTER": 2}, promoted)   # 3 x 72
+    assert not _feasible(tpl, {**two, "BN": 160, "EPI": 0}, promoted)   # 3 x 80 spills
+    assert not _feasible(tpl, {**two, "PROMOTE": 2}, promoted)           # sets of one k-tile
+    assert not _feasible(tpl, {**two, "ORDERED": 1}, promoted)
+    assert not _feasible(tpl, {**two, "PROMOTE": 0}, BIG)                # nothing to promote
 
 
 def test_every_seed_is_feasible_somewhere():

@@ -28,7 +28,7 @@ def _has_hopper():
 needs_gpu = pytest.mark.skipif(not _has_hopper(), reason="no Hopper GPU with CuPy and torch")
 
 BASE = dict(BM=128, BN=256, STAGES=4, CONSUMERS=2, GROUP_M=16, CLUSTER=1, EPI=3, STREAMK=0,
-            PROMOTE=0, ORDERED=0, EARLY_SCALES=0, PINGPONG=0)
+            PROMOTE=0, ORDERED=0, EARLY_SCALES=0, PINGPONG=0, PSETS=1)
 FAST = [BASE, {**BASE, "EPI": 0}, {**BASE, "STREAMK": 1}, {**BASE, "CLUSTER": 2, "ORDERED": 1},
         {**BASE, "BM": 64, "BN": 128, "CONSUMERS": 1, "STAGES": 8},
         {**BASE, "BM": 256, "BN": 64}, {**BASE, "BM": 256, "BN": 64, "EARLY_SCALES": 1},
@@ -48,7 +48,13 @@ PROMOTED = [{**BASE, "BN": 192, "STAGES": 5, "PROMOTE": 1},
             {**BASE, "BN": 144, "STAGES": 6, "PROMOTE": 1, "CLUSTER": 2, "EPI": 0},
             {**BASE, "BN": 144, "STAGES": 6, "PROMOTE": 2, "STREAMK": 1, "EARLY_SCALES": 1,
              "EPI": 0},
-            {**BASE, "BN": 96, "STAGES": 6, "PROMOTE": 1, "PINGPONG": 1, "EPI": 0}]
+            {**BASE, "BN": 96, "STAGES": 6, "PROMOTE": 1, "PINGPONG": 1, "EPI": 0},
+            # two partial sets, two k-tiles' MMAs in flight (odd and even k-tile counts among
+            # SIZES: the last k-tile alone or not)
+            {**BASE, "BN": 128, "STAGES": 6, "PROMOTE": 1, "PSETS": 2},
+            {**BASE, "BN": 144, "STAGES": 6, "PROMOTE": 1, "PSETS": 2, "CLUSTER": 2, "EPI": 0},
+            {**BASE, "BN": 128, "STAGES": 6, "PROMOTE": 1, "PSETS": 2, "STREAMK": 1,
+             "EARLY_SCALES": 1}]
 # ragged M and N (partial tiles, clipped TMA stores), K not a multiple of 128 (zero-filled
 # k-tile), a long K, and enough tiles for the stream-K tail. torch._scaled_mm takes N and K in
 # multiples of 16 only: the ragged ones are checked against the reference alone.

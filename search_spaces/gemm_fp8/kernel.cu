@@ -73,6 +73,12 @@
 #if PINGPONG && (CONSUMERS != 2 || STREAMK || ORDERED)
 #error "PINGPONG needs CONSUMERS=2, STREAMK=0 and ORDERED=0"
 #endif
+#ifndef PSETS
+#define PSETS 1        // 2 (PROMOTE=1): two sets of partial sums in turn, so that one k-tile's sums
+#endif                 // are added while the next k-tile's MMAs run into the other
+#if PSETS != 1 && (PSETS != 2 || PROMOTE != 1 || ORDERED)
+#error "PSETS must be 1, or 2 with PROMOTE=1 and ORDERED=0"
+#endif
 #ifndef FP8_A
 #define FP8_A 0        // 0: e4m3, 1: e5m2
 #endif
@@ -107,10 +113,14 @@
 
 #if CONSUMERS == 1
 #define CONSUMER_REGS 240
+#define PRODUCER_REGS 40
+#elif PSETS == 2
+#define CONSUMER_REGS 240             // three accumulator sets: the producer keeps only 32
+#define PRODUCER_REGS 32              // (128 x 32 + 256 x 240 = 65536)
 #else
 #define CONSUMER_REGS 232
-#endif
 #define PRODUCER_REGS 40
+#endif
 
 // EPI=3: each consumer stages 64 rows x EPI_W columns (EPI_W / 64 boxes) at a time
 #define EPI_W ((BN % 128 == 0) ? 128 : 64)
@@ -218,6 +228,23 @@ gemm_fp8(const uint8_t* __restrict__ A, const uint8_t* __restrict__ B, bf16_t* _
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) wgmma::fence_regs<BN / 2>(MMA_D[mt]);
     };
+#if PSETS == 2
+    float part2[MT][BN / 2];  // PSETS=2: the other set (odd k-tiles of a tile)
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) part2[mt][i] = 0.f;
+    const auto fence_set = [&](float (&d)[MT][BN / 2]) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) wgmma::fence_regs<BN / 2>(d[mt]);
+    };
+    const auto add_set = [&](float (&d)[MT][BN / 2]) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int i = 0; i < BN / 2; ++i) acc[mt][i] += d[mt][i];
+    };
+#endif
     // ORDERED: named barrier 5 says "consumer 2 has issued its MMAs of the previous k-tile"
     // (once ahead of the first), 6 "consumer 1 has issued this k-tile's"; the two alternate
     // strictly, so neither can be counted twice
@@ -266,6 +293,44 @@ gemm_fp8(const uint8_t* __restrict__ A, const uint8_t* __restrict__ B, bf16_t* _
       }
 #endif
 
+#if PSETS == 2
+      // PSETS=2: two k-tiles' MMAs in flight at once, into part and part2 (each overwritten);
+      // part is added into acc while part2's MMAs run, and only part2's addition waits with
+      // the pipe free (for the other consumer's MMAs): half the exposed additions of one set.
+      // No set is carried across the loop's back edge: reading one there, while the next
+      // k-tile's MMAs run, makes ptxas insert a wait_group before the read (C7517).
+      const auto issue = [&](float (&cur)[MT][BN / 2]) {
+        const auto st = Cursor<STAGES>::at(it++);
+        ring.wait(st);
+        wgmma::fence();
+        wgmma::mma_fp8_k_tiles<BN, BK / 32, MT, FP8_A, FP8_B>(
+            cur, sA + st.stage * A_TILE_BYTES + WROW(c) * BK, 64 * BK, 0,
+            sB + st.stage * B_TILE_BYTES, 0, 0);
+        wgmma::commit();
+        fence_set(cur);
+        return st;
+      };
+      int kt = w.kb;
+      for (; kt + 1 < w.ke; kt += 2) {
+        const auto s0 = issue(part);    // k-tile kt
+        const auto s1 = issue(part2);   // k-tile kt + 1
+        wgmma::wait<1>();
+        fence_set(part);
+        if (lane == 0) ring.release_cluster<CLUSTER>(s0);
+        add_set(part);                  // while kt + 1's MMAs run
+        wgmma::wait<0>();
+        fence_set(part2);
+        if (lane == 0) ring.release_cluster<CLUSTER>(s1);
+        add_set(part2);
+      }
+      if (kt < w.ke) {                  // an odd count: the last k-tile alone
+        const auto s0 = issue(part);
+        wgmma::wait<0>();
+        fence_set(part);
+        if (lane == 0) ring.release_cluster<CLUSTER>(s0);
+        add_set(part);
+      }
+#else
 #if PROMOTE
       bool held = false;   // prev's stage is still read by MMAs in flight
 #endif
@@ -318,6 +383,7 @@ gemm_fp8(const uint8_t* __restrict__ A, const uint8_t* __restrict__ B, bf16_t* _
         prev = st;
 #endif
       }
+#endif
 #if PINGPONG
       {   // the next tile, the other consumer's, may start its k-loop
         Work nx;
