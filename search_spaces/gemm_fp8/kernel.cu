@@ -127,6 +127,7 @@
 
 using namespace hopper;
 using Sched = TileScheduler<CLUSTER, 1, 1, STREAMK>;
+template <int V> struct IntC { enum { value = V }; };
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 gemm_fp8(const uint8_t* __restrict__ A, const uint8_t* __restrict__ B, bf16_t* __restrict__ C,
@@ -294,11 +295,13 @@ gemm_fp8(const uint8_t* __restrict__ A, const uint8_t* __restrict__ B, bf16_t* _
 #endif
 
 #if PSETS == 2
-      // PSETS=2: two k-tiles' MMAs in flight at once, into part and part2 (each overwritten);
-      // part is added into acc while part2's MMAs run, and only part2's addition waits with
-      // the pipe free (for the other consumer's MMAs): half the exposed additions of one set.
-      // No set is carried across the loop's back edge: reading one there, while the next
-      // k-tile's MMAs run, makes ptxas insert a wait_group before the read (C7517).
+      // PSETS=2: the k-tiles' MMAs go into part and part2 in turn (each overwritten), two
+      // k-tiles in flight: once the older has retired (wait<1>) its set is added into acc while
+      // the newer one's MMAs run, then the next k-tile is issued into the set just added. The
+      // k-tiles go in rounds of four that end with wait<0> and the last set's addition, the
+      // only one the pipe waits for (one in four k-tiles; with one set every k-tile waits).
+      // (A round must end with no MMAs in flight: reading a set carried across the loop's back
+      // edge while MMAs run makes ptxas insert a wait_group before the read, C7517.)
       const auto issue = [&](float (&cur)[MT][BN / 2]) {
         const auto st = Cursor<STAGES>::at(it++);
         ring.wait(st);
@@ -310,26 +313,44 @@ gemm_fp8(const uint8_t* __restrict__ A, const uint8_t* __restrict__ B, bf16_t* _
         fence_set(cur);
         return st;
       };
+      // the older set retired: its stage freed, the set added into acc (acc fenced after it:
+      // the additions are pure register arithmetic that the compiler would otherwise sink
+      // past the next wait, out from under the MMAs they are meant to overlap)
+      const auto retire = [&](float (&d)[MT][BN / 2], const Cursor<STAGES>& st) {
+        fence_set(d);
+        if (lane == 0) ring.release_cluster<CLUSTER>(st);
+        add_set(d);
+        fence_set(acc);
+      };
+      // a round of R k-tiles (k-tile j into part for even j, part2 for odd j)
+      const auto round = [&](auto rc) {
+        constexpr int R = decltype(rc)::value;
+        Cursor<STAGES> older = issue(part);
+#pragma unroll
+        for (int j = 1; j < R; ++j) {
+          if (j % 2) {
+            const auto st = issue(part2);
+            wgmma::wait<1>();
+            retire(part, older);
+            older = st;
+          } else {
+            const auto st = issue(part);
+            wgmma::wait<1>();
+            retire(part2, older);
+            older = st;
+          }
+        }
+        wgmma::wait<0>();
+        if (R % 2) retire(part, older);
+        else retire(part2, older);
+      };
       int kt = w.kb;
-      for (; kt + 1 < w.ke; kt += 2) {
-        const auto s0 = issue(part);    // k-tile kt
-        const auto s1 = issue(part2);   // k-tile kt + 1
-        wgmma::wait<1>();
-        fence_set(part);
-        if (lane == 0) ring.release_cluster<CLUSTER>(s0);
-        add_set(part);                  // while kt + 1's MMAs run
-        wgmma::wait<0>();
-        fence_set(part2);
-        if (lane == 0) ring.release_cluster<CLUSTER>(s1);
-        add_set(part2);
+      for (; kt + 3 < w.ke; kt += 4) round(IntC<4>{});
+      if (kt + 1 < w.ke) {              // 2 or 3 k-tiles left
+        round(IntC<2>{});
+        kt += 2;
       }
-      if (kt < w.ke) {                  // an odd count: the last k-tile alone
-        const auto s0 = issue(part);
-        wgmma::wait<0>();
-        fence_set(part);
-        if (lane == 0) ring.release_cluster<CLUSTER>(s0);
-        add_set(part);
-      }
+      if (kt < w.ke) round(IntC<1>{});
 #else
 #if PROMOTE
       bool held = false;   // prev's stage is still read by MMAs in flight
