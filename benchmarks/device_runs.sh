@@ -21,6 +21,8 @@
 #                                                1016 / 1008 (gemm_probe_l2_promotion.json, ~160 s)
 #   bash benchmarks/device_runs.sh e5m2          the gemm_fp8_e5m2 variant (A in e5m2) timed
 #                                                with the fast-accumulation picks (~120 s)
+#   bash benchmarks/device_runs.sh fp8p          the final over the promoted picks alone (both
+#                                                scalings, ~120 s: PSETS=2 beside the others)
 #   bash benchmarks/device_runs.sh rate          the tensor pipe's rate for each tile shape's
 #                                                k-loop alone and with loads (wgmma_rate.py, ~30 s)
 # Several at once: bash benchmarks/device_runs.sh sweep=visitN fp8 (each step has its timeout).
@@ -49,7 +51,7 @@ picks_where() {
 PASSED=/tmp/gpu_tests_passed
 PP_CASES="test_gpu_gemm_fp8 and scaling_mode and PINGPONG"
 NEW_CASES="test_gpu_gemm_fp8 and (PINGPONG or e5m2 or PSETS)"
-declare -A NEED=([fp8]=320 [tests]=330 [quick]=160 [e5m2]=150 [promo]=220 [probe]=220 [rate]=40)
+declare -A NEED=([fp8]=320 [tests]=330 [quick]=160 [e5m2]=150 [promo]=220 [probe]=220 [rate]=40 [fp8p]=150)
 WEAK=1000x3000x1000,3000x5000x1000,1536x1536x1536,7000x9000x3000,3000x4000x4104
 while [ $# -gt 0 ]; do
   step=$1; shift
@@ -92,6 +94,11 @@ while [ $# -gt 0 ]; do
         tests/test_gpu_gemm_fp8.py -k "$NEW_CASES" 2>&1 | tail -12
       rc=${PIPESTATUS[0]}; echo "quick rc $rc"
       if [ "$rc" = 0 ]; then echo "$NEW_CASES" >> $PASSED; fi ;;
+    fp8p)
+      picks_where "x['size'][4] == 2" /tmp/picks_promoted.json
+      timeout $(cap 200) python3 benchmarks/gemm_fp8.py --out "$OUT/fp8p" --final \
+        --params /tmp/picks_promoted.json 2>&1 | tail -12
+      echo "fp8p rc ${PIPESTATUS[0]}" ;;
     e5m2)
       picks_where "x['size'][4] == 1" /tmp/picks_e5m2.json
       timeout $(cap 150) python3 benchmarks/gemm_fp8.py --template gemm_fp8_e5m2 --out "$OUT/e5m2" \
@@ -110,7 +117,7 @@ while [ $# -gt 0 ]; do
       timeout $(cap 220) python3 benchmarks/gemm_probe.py --out "$OUT/probe" \
         --probes benchmarks/gemm_probe_vendor_tiles.json 2>&1 | tail -30
       echo "probe rc ${PIPESTATUS[0]}" ;;
-    *) echo "unknown step $step (sweep=LABEL, fp8, tests, quick, probe, promo, e5m2, rate)"; exit 2 ;;
+    *) echo "unknown step $step (sweep=LABEL, fp8, fp8p, tests, quick, probe, promo, e5m2, rate)"; exit 2 ;;
   esac
   date
 done
