@@ -8,7 +8,7 @@
 #                                                their records labelled LABEL
 #   bash benchmarks/device_runs.sh fp8           gemm_fp8's ping-pong GPU cases first (their
 #                                                picks are left out if they fail), then the final
-#                                                over gemm_fp8_picks.json (~240 s)
+#                                                over gemm_fp8_picks.json (~280 s)
 #   bash benchmarks/device_runs.sh tests         the fp8 and engine GPU tests (~200 s; cases an
 #                                                earlier step passed on this machine left out)
 #   bash benchmarks/device_runs.sh probe         cuBLAS's own tiles at the weak shapes (~200 s)
@@ -51,7 +51,7 @@ picks_where() {
 PASSED=/tmp/gpu_tests_passed
 PP_CASES="test_gpu_gemm_fp8 and scaling_mode and PINGPONG"
 NEW_CASES="test_gpu_gemm_fp8 and (PINGPONG or e5m2 or PSETS)"
-declare -A NEED=([fp8]=320 [tests]=330 [quick]=160 [e5m2]=150 [promo]=220 [probe]=220 [rate]=40 [fp8p]=150)
+declare -A NEED=([fp8]=380 [tests]=330 [quick]=160 [e5m2]=150 [promo]=220 [probe]=220 [rate]=40 [fp8p]=150)
 WEAK=1000x3000x1000,3000x5000x1000,1536x1536x1536,7000x9000x3000,3000x4000x4104
 while [ $# -gt 0 ]; do
   step=$1; shift
@@ -82,7 +82,7 @@ while [ $# -gt 0 ]; do
       else
         echo "$PP_CASES" >> $PASSED
       fi
-      timeout $(cap 240) python3 benchmarks/gemm_fp8.py --out "$OUT/fp8" --final --params $picks 2>&1 | tail -40
+      timeout $(cap 300) python3 benchmarks/gemm_fp8.py --out "$OUT/fp8" --final --params $picks 2>&1 | tail -40
       echo "fp8 rc ${PIPESTATUS[0]}" ;;
     tests)
       skip=$(awk '{printf "%snot (%s)", (NR > 1 ? " and " : ""), $0}' $PASSED 2>/dev/null)
