@@ -108,6 +108,17 @@ class Runner:
                 out[name] = None
         return out
 
+    def own_error(self, config, size, state):
+        """Ours alone against the fp32 reference (None where the launch fails)."""
+        try:
+            run = self.launcher(config, size, state)
+            self.op.poison(state)
+            run()
+            self.cp.cuda.Device().synchronize()
+        except Exception:  # noqa: BLE001 - a failed compile or launch rejects the candidate
+            return None
+        return self.op.error(state)
+
     def time(self, fns, reps=None, target_ms=300.0):
         """Median ms of each function, interleaved repeat by repeat (rotating order), each
         after an L2 flush."""
@@ -285,7 +296,13 @@ def do_final(r, out, picks, scalings=(1, 2)):
                 if state is None:   # the same inputs for both accumulations
                     state = r.op.setup(size, seed=23)
                 state["size"], state["fast"] = size, accum == 1
-                fin = [(side_by_side(r, c, size, state), c) for c in cands if r.feasible(c, size)]
+                # a candidate is timed only once its output verified on these inputs (a wrong
+                # kernel can be fast): those that did not are listed in the record
+                ok = [c for c in cands if r.feasible(c, size)]
+                bad = [{"params": c, "error": e} for c in ok if (e := r.own_error(c, size, state))
+                       is None or e > r.op.rtol]
+                ok = [c for c in ok if all(c != b["params"] for b in bad)]
+                fin = [(side_by_side(r, c, size, state), c) for c in ok]
                 if not fin:
                     continue
                 sel, cfg = max(fin, key=lambda f: f[0]["ratio"])
@@ -305,6 +322,7 @@ def do_final(r, out, picks, scalings=(1, 2)):
                        "selection_ratio": sel["ratio"],
                        "finalists": [{"params": c, "ratio": f["ratio"], "ours_ms": f["ours_ms"]}
                                      for f, c in fin],
+                       "rejected": bad,
                        "error_ours": err["ours"],
                        "error_baseline": err["scaled_mm_fast" if accum == 1 else "scaled_mm"],
                        "error_scaled_mm_fast": err["scaled_mm_fast"],
