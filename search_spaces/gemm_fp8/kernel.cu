@@ -19,6 +19,8 @@
 //     accumulators every P k-tiles (P * 128 products at a time). It costs the second set of
 //     accumulators and a wait for the MMAs to retire every P k-tiles. PROMOTE = 0 accumulates
 //     in the wgmma accumulator throughout (the counterpart of cuBLASLt's fast accumulation).
+//     PSETS = 2 (with P = 1) keeps two such sets, two k-tiles in flight, and adds one while the
+//     other's MMAs run, so that the pipe waits for one addition in four k-tiles, not every one.
 //   - the epilogue scales the accumulators (per tensor, or by row and column) before
 //     converting them; EPI=3 then stores 64 x 64 boxes by TMA (stmatrix into TMA's swizzle),
 //     EPI=0 straight from the registers. EARLY_SCALES=1 loads a tile's row and column scales
