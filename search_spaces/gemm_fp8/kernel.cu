@@ -117,8 +117,8 @@
 #define CONSUMER_REGS 240
 #define PRODUCER_REGS 40
 #elif PSETS == 2
-#define CONSUMER_REGS 240             // three accumulator sets: the producer keeps only 32
-#define PRODUCER_REGS 32              // (128 x 32 + 256 x 240 = 65536)
+#define CONSUMER_REGS 240             // three accumulator sets: the producer keeps only 24
+#define PRODUCER_REGS 24              // (128 x 24 + 256 x 240 = 168 x 384, the launch's)
 #else
 #define CONSUMER_REGS 232
 #define PRODUCER_REGS 40
