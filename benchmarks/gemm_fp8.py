@@ -331,40 +331,14 @@ def do_final(r, out, picks, scalings=(1, 2)):
                 print(f"final {size} {_short(cfg)}: ratio {rec['ratio']:.3f} "
                       f"{rec['tflops']:.0f} TF/s (baseline {rec['baseline_tflops']:.0f}) "
                       f"err {rec['error_ours']:.2e} vs {rec['error_baseline']}", flush=True)
-                doc = {"gpu": gpu, "driver": drv, "date": datetime.date.today().isoformat(),
+                doc = {"template": r.tpl.name, "gpu": gpu, "driver": drv,
+                       "date": datetime.date.today().isoformat(),
                        "torch": torch.__version__, "timing": "interleaved with both "
                        "torch._scaled_mm modes, L2 flushed before each, median",
                        "records": records}
                 (out / f"gemm_fp8_{gpu_tag(gpu)}.json").write_text(json.dumps(doc, indent=1))
             del state
     return records
-
-
-def do_ab(r, other, out, picks):
-    """Each pick of every shape and mode timed as this template and as `other` (an earlier
-    copy) interleaved with both baselines in one run: DIR/ab.json."""
-    from porter.measure.ops.gemm_fp8 import scaled_mm
-    gpu, drv = device_names()
-    rows = []
-    for (M, N, K, scaling, accum), cfgs in sorted(picks.items()):
-        size = (M, N, K, scaling, accum)
-        state = r.op.setup(size, seed=23)
-        for cfg in cfgs:
-            if not r.feasible(cfg, size):
-                continue
-            ms = r.time([r.launcher(cfg, size, state), other.launcher(cfg, size, state),
-                         scaled_mm(state, True), scaled_mm(state, False)])
-            base = ms[2] if accum == 1 else ms[3]
-            rows.append({"gpu": gpu, "size": list(size), "params": cfg, "ours_ms": ms[0],
-                         "other_ms": ms[1], "baseline_ms": base, "ratio": base / ms[0],
-                         "other_ratio": base / ms[1], "gain": ms[1] / ms[0]})
-            print(f"ab {size} {_short(cfg)}: ratio {base / ms[0]:.3f} other {base / ms[1]:.3f} "
-                  f"gain {ms[1] / ms[0]:.3f}", flush=True)
-        del state
-        (out / "ab.json").write_text(json.dumps({"driver": drv,
-                                                 "other": str(other.tpl.folder), "date": datetime.date.today().isoformat(),
-                                                 "records": rows}, indent=1))
-    return rows
 
 
 def main():
@@ -402,6 +376,7 @@ def main():
         add_picks(picks, do_port(out, parse(args.port_shapes), args.port, picks))
         print(f"[{time.time() - t0:.0f} s]", flush=True)
     if args.ab:
+        from _fp8_ab import do_ab
         do_ab(r, Runner(template=args.ab), out, picks)
         print(f"[{time.time() - t0:.0f} s]", flush=True)
     if args.final:
