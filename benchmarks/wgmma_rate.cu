@@ -1,7 +1,8 @@
 // wgmma_rate: how fast the tensor pipe runs gemm_wgmma's k-loop for one tile shape, with no GEMM
 // around it (benchmarks/wgmma_rate.py). A CTA of WGS consumer warpgroups, each owning MT m64
 // tiles of A (BM = WGS x MT x 64 rows) against one B of BN rows, issues `iters` k-tiles of 64
-// (four k16 steps, the MT MMAs of a step back to back: wgmma::mma_ss_k_tiles, the kernel's own)
+// (four k16 steps, the MT MMAs of a step back to back: wgmma::mma_ss_k_tiles, the kernel's own;
+// FP8=1: four k32 steps of e4m3, gemm_fp8's mma_fp8_k_tiles, a k-tile of 128)
 // from a STAGES-deep ring of 128-byte-swizzled stages, committing a k-tile and waiting for the
 // one before, as gemm_wgmma's consumers do.
 //   LOADS=0: the stages are filled once; nothing but the MMAs runs (the pipe's own rate); the
@@ -28,6 +29,9 @@
 #endif
 #ifndef LOADS
 #define LOADS 0
+#endif
+#ifndef FP8
+#define FP8 0          // 1: e4m3 MMAs (gemm_fp8's m64nNk32), a k-tile of 128 along K
 #endif
 #define BM (WGS * MT * 64)
 #define A_BYTES (BM * 128)
@@ -111,7 +115,11 @@ wgmma_rate(const uint8_t* __restrict__ src, long long* __restrict__ out, int ite
     wgmma::fence();
     const uint32_t a0 = base + st.stage * STAGE_BYTES + c * (MT * 64 * 128);
     const uint32_t b0 = base + st.stage * STAGE_BYTES + A_BYTES;
+#if FP8
+    wgmma::mma_fp8_k_tiles<BN, 4, MT, 0, 0>(acc, a0, 64 * 128, 0, b0, 0, 1);
+#else
     wgmma::mma_ss_k_tiles<BN, 4, MT, bf16_elem>(acc, a0, 64 * 128, 0, b0, 0);
+#endif
     wgmma::commit();
     fence_acc();
     if (it > 0) {

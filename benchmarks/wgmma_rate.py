@@ -10,9 +10,10 @@ m64 tiles a consumer, the width), not in the loads, the epilogue or the schedule
     python benchmarks/wgmma_rate.py --compile-only             # no GPU: every case compiles
 
 Each record: `tile` (BM x BN), `BN`, `MT` (m64 tiles a consumer), `WGS` (consumer warpgroups),
-`LOADS`, `stages`, `cycles_per_ktile` (median over CTAs of the slowest consumer's clock64
-cycles, per k-tile of 64), `mac_per_clk` (the CTA's MACs a cycle), `pipe_share` (of 2048, the
-dense bf16 rate of an sm_90 SM), `clock_ghz` (cycles over the event time of the launch) and
+`LOADS`, `FP8` (1: gemm_fp8's e4m3 MMAs, k-tiles of 128 along K), `stages`, `cycles_per_ktile`
+(median over CTAs of the slowest consumer's clock64 cycles, per k-tile), `mac_per_clk` (the
+CTA's MACs a cycle), `pipe_share` (of 2048, the dense bf16 rate of an sm_90 SM, or of 4096 for
+fp8), `clock_ghz` (cycles over the event time of the launch) and
 `registers`; the file has `gpu`, `driver`, `date`.
 """
 from __future__ import annotations
@@ -38,6 +39,8 @@ SMEM_LIMIT = 232448                # opt-in dynamic shared memory a block (sm_90
 CASES = [("128x256", 1, 2), ("128x192", 1, 2), ("128x152", 1, 2), ("128x128", 1, 2),
          ("256x192", 2, 2), ("256x160", 2, 2), ("256x152", 2, 2), ("256x128", 2, 2),
          ("192x192", 1, 3), ("64x256", 1, 1)]
+# gemm_fp8's tiles (e4m3, k-tiles of 128: twice the MACs a byte of bf16's)
+CASES_FP8 = [("128x256", 1, 2), ("128x192", 1, 2), ("128x144", 1, 2), ("128x128", 1, 2)]
 
 
 def stages_for(bm: int, bn: int, want: int = 4) -> int:
@@ -46,11 +49,13 @@ def stages_for(bm: int, bn: int, want: int = 4) -> int:
 
 
 def cases(loads=(0, 1)):
-    for tile, mt, wgs in CASES:
-        bm, bn = map(int, tile.split("x"))
-        assert bm == wgs * mt * 64, tile
-        for ld in loads:
-            yield dict(tile=tile, BN=bn, MT=mt, WGS=wgs, LOADS=ld, STAGES=stages_for(bm, bn))
+    for fp8, table in ((0, CASES), (1, CASES_FP8)):
+        for tile, mt, wgs in table:
+            bm, bn = map(int, tile.split("x"))
+            assert bm == wgs * mt * 64, tile
+            for ld in loads:
+                yield dict(tile=tile, BN=bn, MT=mt, WGS=wgs, LOADS=ld, STAGES=stages_for(bm, bn),
+                           FP8=fp8)
 
 
 def compile_case(case: dict):
@@ -59,7 +64,7 @@ def compile_case(case: dict):
     from porter.build.cubin import read_resources
     from porter.spec.template import INCLUDE_DIR
     opts = [*BASE_OPTIONS, "--gpu-architecture=sm_90a", f"-I{INCLUDE_DIR}",
-            *(f"-D{k}={case[k]}" for k in ("BN", "MT", "WGS", "LOADS", "STAGES"))]
+            *(f"-D{k}={case.get(k, 0)}" for k in ("BN", "MT", "WGS", "LOADS", "STAGES", "FP8"))]
     ok, log, cubin = _nvrtc_compile(SOURCE.read_text(), "wgmma_rate.cu", opts)
     if not ok or re.search(r"C75\d\d|serializ", log):   # no cubin, or wgmma serialized
         return False, log, b"", 0, 0
@@ -120,13 +125,15 @@ def run(out: Path, iters: int) -> dict:
         finally:
             path.unlink(missing_ok=True)
         cycles, ms = sorted(runs)[1]
-        macs = bm * case["BN"] * 64 * iters
+        fp8 = case.get("FP8", 0)
+        macs = bm * case["BN"] * (128 if fp8 else 64) * iters
+        peak = PEAK_MAC_PER_CLK * (2 if fp8 else 1)
         rec.update(status="measured", cycles_per_ktile=round(cycles / iters, 2),
-                   mac_per_clk=round(macs / cycles, 1),
-                   pipe_share=round(macs / cycles / PEAK_MAC_PER_CLK, 4),
+                   mac_per_clk=round(macs / cycles, 1), pipe_share=round(macs / cycles / peak, 4),
                    clock_ghz=round(cycles / (ms * 1e6), 3), event_ms=round(ms, 4))
-        print(f"{case['tile']:>8s} MT {case['MT']} WGS {case['WGS']} LOADS {case['LOADS']} "
-              f"stages {case['STAGES']}: {rec['cycles_per_ktile']:8.1f} cycles a k-tile, "
+        print(f"{case['tile']:>8s}{' fp8' if fp8 else ''} MT {case['MT']} WGS {case['WGS']} "
+              f"LOADS {case['LOADS']} stages {case['STAGES']}: "
+              f"{rec['cycles_per_ktile']:8.1f} cycles a k-tile, "
               f"{rec['pipe_share']:.3f} of the pipe, {rec['clock_ghz']:.2f} GHz", flush=True)
         (out / "wgmma_rate.json").write_text(json.dumps(doc, indent=1))
     (out / "wgmma_rate.json").write_text(json.dumps(doc, indent=1))
@@ -145,8 +152,9 @@ def main(argv=None) -> int:
             ok, log, _, regs, spills = compile_case(case)
             state = "ok" if ok and not spills else ("spills" if ok else "FAILED")
             bad += state != "ok"
-            print(f"{case['tile']:>8s} MT {case['MT']} WGS {case['WGS']} LOADS {case['LOADS']} "
-                  f"stages {case['STAGES']}: {state}, {regs} registers"
+            print(f"{case['tile']:>8s}{' fp8' if case['FP8'] else ''} MT {case['MT']} "
+                  f"WGS {case['WGS']} LOADS {case['LOADS']} stages {case['STAGES']}: {state}, "
+                  f"{regs} registers"
                   + ("" if ok else "\n" + log[-400:]))
         return 1 if bad else 0
     if not args.out:

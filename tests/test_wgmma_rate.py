@@ -16,7 +16,8 @@ import wgmma_rate as wr  # noqa: E402
 
 def test_every_case_names_a_tile_its_warpgroups_cover():
     got = list(wr.cases())
-    assert len(got) == 2 * len(wr.CASES)
+    assert len(got) == 2 * (len(wr.CASES) + len(wr.CASES_FP8))
+    assert {c["FP8"] for c in got} == {0, 1}
     for c in got:
         bm, bn = map(int, c["tile"].split("x"))
         assert bm == 64 * c["MT"] * c["WGS"] and bn == c["BN"]
@@ -30,11 +31,13 @@ def test_stages_shrink_to_what_fits():
     assert wr.stages_for(256, 256) == 3        # 4 x 64 KB does not
 
 
-@pytest.mark.parametrize("tile,mt,wgs,loads", [("256x152", 2, 2, 1), ("128x256", 1, 2, 0),
-                                               ("192x192", 1, 3, 1)])
-def test_probe_kernel_compiles_without_spills(tile, mt, wgs, loads):
+@pytest.mark.parametrize("tile,mt,wgs,loads,fp8", [("256x152", 2, 2, 1, 0), ("128x256", 1, 2, 0, 0),
+                                                   ("192x192", 1, 3, 1, 0),
+                                                   ("128x144", 1, 2, 1, 1)])
+def test_probe_kernel_compiles_without_spills(tile, mt, wgs, loads, fp8):
     bm, bn = map(int, tile.split("x"))
-    case = dict(tile=tile, BN=bn, MT=mt, WGS=wgs, LOADS=loads, STAGES=wr.stages_for(bm, bn))
+    case = dict(tile=tile, BN=bn, MT=mt, WGS=wgs, LOADS=loads, STAGES=wr.stages_for(bm, bn),
+                FP8=fp8)
     ok, log, cubin, regs, spills = wr.compile_case(case)
     assert ok, log[-500:]
     assert cubin[:4] == b"\x7fELF"
