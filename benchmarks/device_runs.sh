@@ -8,23 +8,24 @@
 #                                                their records labelled LABEL
 #   bash benchmarks/device_runs.sh fp8           gemm_fp8's ping-pong GPU cases first (their
 #                                                picks are left out if they fail), then the final
-#                                                over gemm_fp8_picks.json (~280 s)
-#   bash benchmarks/device_runs.sh tests         the fp8 and engine GPU tests (~200 s; cases an
+#                                                over gemm_fp8_picks.json (~80 s on an H100,
+#                                                eleventh session; ~60 s more for the cases)
+#   bash benchmarks/device_runs.sh tests         the fp8 and engine GPU tests (~270 s; cases an
 #                                                earlier step passed on this machine left out)
 #   bash benchmarks/device_runs.sh probe         cuBLAS's own tiles at the weak shapes (~200 s)
 #   bash benchmarks/device_runs.sh quick         only the GPU tests of what no GPU has run yet
 #                                                (gemm_fp8's ping-pong, e5m2 and PSETS=2
-#                                                cases, ~120 s)
+#                                                cases, ~20 s once compiled, ~60 s cold)
 #   bash benchmarks/device_runs.sh promo         the tensor maps' L2 promotion (the default
 #                                                256 B, then NONE) at the weak shapes whose row
 #                                                pitch is off 32-byte sectors and at K = 1024 /
 #                                                1016 / 1008 (gemm_probe_l2_promotion.json, ~160 s)
 #   bash benchmarks/device_runs.sh e5m2          the gemm_fp8_e5m2 variant (A in e5m2) timed
-#                                                with the fast-accumulation picks (~120 s)
+#                                                with the fast-accumulation picks (~45 s)
 #   bash benchmarks/device_runs.sh fp8p          the final over the promoted picks alone (both
-#                                                scalings, ~120 s: PSETS=2 beside the others)
+#                                                scalings, ~35 s: PSETS=2 beside the others)
 #   bash benchmarks/device_runs.sh rate          the tensor pipe's rate for each tile shape's
-#                                                k-loop alone and with loads (wgmma_rate.py, ~30 s)
+#                                                k-loop alone and with loads (wgmma_rate.py, ~15 s)
 # Several at once: bash benchmarks/device_runs.sh sweep=visitN fp8 (each step has its timeout).
 # BUDGET_S=N: the steps share N seconds (the call's limit): each step's timeout is cut to what is
 # left, and a step with under half its usual time left is skipped (partial results still land:
