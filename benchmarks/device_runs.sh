@@ -24,6 +24,9 @@
 #                                                with the fast-accumulation picks (~45 s)
 #   bash benchmarks/device_runs.sh fp8p          the final over the promoted picks alone (both
 #                                                scalings, ~35 s: PSETS=2 beside the others)
+#   bash benchmarks/device_runs.sh trace         the CTAs' timelines (gemm_trace.py) of 256-row
+#                                                tiles beside 128x256 at aligned K: how long a
+#                                                k-tile takes with real loads (~120 s)
 #   bash benchmarks/device_runs.sh rate          the tensor pipe's rate for each tile shape's
 #                                                k-loop alone and with loads (wgmma_rate.py, ~15 s)
 # Several at once: bash benchmarks/device_runs.sh sweep=visitN fp8 (each step has its timeout).
@@ -52,7 +55,7 @@ picks_where() {
 PASSED=/tmp/gpu_tests_passed
 PP_CASES="test_gpu_gemm_fp8 and scaling_mode and PINGPONG"
 NEW_CASES="test_gpu_gemm_fp8 and (PINGPONG or e5m2 or PSETS)"
-declare -A NEED=([fp8]=240 [tests]=330 [quick]=120 [e5m2]=100 [promo]=220 [probe]=220 [rate]=30 [fp8p]=90)
+declare -A NEED=([fp8]=240 [tests]=330 [quick]=120 [e5m2]=100 [promo]=220 [probe]=220 [rate]=30 [fp8p]=90 [trace]=150)
 WEAK=1000x3000x1000,3000x5000x1000,1536x1536x1536,7000x9000x3000,3000x4000x4104
 while [ $# -gt 0 ]; do
   step=$1; shift
@@ -111,6 +114,10 @@ while [ $# -gt 0 ]; do
           --out "$OUT/promo_$v" --probes benchmarks/gemm_probe_l2_promotion.json 2>&1 | tail -16
         echo "promo $v rc ${PIPESTATUS[0]}"
       done ;;
+    trace)
+      timeout $(cap 180) python3 benchmarks/gemm_trace.py --out "$OUT/trace" \
+        --probes benchmarks/gemm_trace_256.json 2>&1 | tail -20
+      echo "trace rc ${PIPESTATUS[0]}" ;;
     rate)
       timeout $(cap 90) python3 benchmarks/wgmma_rate.py --out "$OUT/rate" 2>&1 | tail -24
       echo "rate rc ${PIPESTATUS[0]}" ;;
@@ -118,7 +125,7 @@ while [ $# -gt 0 ]; do
       timeout $(cap 220) python3 benchmarks/gemm_probe.py --out "$OUT/probe" \
         --probes benchmarks/gemm_probe_vendor_tiles.json 2>&1 | tail -30
       echo "probe rc ${PIPESTATUS[0]}" ;;
-    *) echo "unknown step $step (sweep=LABEL, fp8, fp8p, tests, quick, probe, promo, e5m2, rate)"; exit 2 ;;
+    *) echo "unknown step $step (sweep=LABEL, fp8, fp8p, tests, quick, probe, promo, e5m2, rate, trace)"; exit 2 ;;
   esac
   date
 done
