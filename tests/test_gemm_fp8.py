@@ -72,6 +72,11 @@ CONFIGS = [
      "EPI": 0},
     {**BASE, "BN": 64, "STAGES": 8, "PINGPONG": 1, "PROMOTE": 1, "PSETS": 2},
     {**BASE, "BM": 64, "CONSUMERS": 1, "BN": 128, "STAGES": 8, "PROMOTE": 1, "PSETS": 2},
+    # TMA-stored widths that are not whole 64-column boxes: 144 (two boxes, 16 columns from the
+    # registers), 160 (an overlapping third box), 96 on ping-pong
+    {**BASE, "BN": 144, "STAGES": 6, "PROMOTE": 1, "PSETS": 2, "CLUSTER": 2},
+    {**BASE, "BN": 160, "STAGES": 5, "CLUSTER": 2},
+    {**BASE, "BN": 96, "STAGES": 6, "PINGPONG": 1, "PROMOTE": 1},
 ]
 
 

@@ -37,7 +37,8 @@ FAST = [BASE, {**BASE, "EPI": 0}, {**BASE, "STREAMK": 1}, {**BASE, "CLUSTER": 2,
         # ping-pong: the consumers take whole 128 x 128 tiles in turn
         {**BASE, "BN": 128, "STAGES": 6, "PINGPONG": 1},
         {**BASE, "BN": 128, "STAGES": 6, "PINGPONG": 1, "CLUSTER": 2, "EARLY_SCALES": 1},
-        {**BASE, "BN": 128, "STAGES": 6, "PINGPONG": 1, "EPI": 0}]
+        {**BASE, "BN": 128, "STAGES": 6, "PINGPONG": 1, "EPI": 0},
+        {**BASE, "BN": 160, "STAGES": 5, "CLUSTER": 2}]
 PROMOTED = [{**BASE, "BN": 192, "STAGES": 5, "PROMOTE": 1},
             {**BASE, "BN": 128, "STAGES": 6, "PROMOTE": 2},
             {**BASE, "BN": 192, "STAGES": 5, "PROMOTE": 1, "CLUSTER": 2},
@@ -54,7 +55,11 @@ PROMOTED = [{**BASE, "BN": 192, "STAGES": 5, "PROMOTE": 1},
             {**BASE, "BN": 128, "STAGES": 6, "PROMOTE": 1, "PSETS": 2},
             {**BASE, "BN": 144, "STAGES": 6, "PROMOTE": 1, "PSETS": 2, "CLUSTER": 2, "EPI": 0},
             {**BASE, "BN": 128, "STAGES": 6, "PROMOTE": 1, "PSETS": 2, "STREAMK": 1,
-             "EARLY_SCALES": 1}]
+             "EARLY_SCALES": 1},
+            # TMA-stored 144 / 160 / 96 (not whole 64-column boxes: the last box overlaps the one
+            # before it, or the last 16 columns go from the registers)
+            {**BASE, "BN": 144, "STAGES": 6, "PROMOTE": 1, "PSETS": 2, "CLUSTER": 2},
+            {**BASE, "BN": 96, "STAGES": 6, "PROMOTE": 1, "PINGPONG": 1}]
 # ragged M and N (partial tiles, clipped TMA stores), K not a multiple of 128 (zero-filled
 # k-tile), a long K, and enough tiles for the stream-K tail. torch._scaled_mm takes N and K in
 # multiples of 16 only: the ragged ones are checked against the reference alone.

@@ -108,8 +108,8 @@
 #if BN % 16 != 0
 #error "BN must be a multiple of 16"
 #endif
-#if EPI == 3 && BN % 64 != 0
-#error "EPI=3 stores whole 64-column boxes: BN must be a multiple of 64 (EPI=0 takes any BN)"
+#if EPI == 3 && BN < 64
+#error "EPI=3 stores 64-column boxes: BN must be at least 64 (EPI=0 takes any BN)"
 #endif
 #define SBV ((BN + 31) / 32)           // per-column scales: one per lane and 32-column block
 
@@ -126,6 +126,14 @@
 
 // EPI=3: each consumer stages 64 rows x EPI_W columns (EPI_W / 64 boxes) at a time
 #define EPI_W ((BN % 128 == 0) ? 128 : 64)
+// EPI=3 with BN not a multiple of 64: a remainder of EPI_OVERLAP_MIN or more columns is stored
+// in one more box placed at the tile's last 64 columns (it overlaps the box before it and writes
+// the same values there again); a smaller one from the registers (gemm_wgmma's rule, from its
+// H200 probes: 2-5 % faster at 40-56 columns, ~1 % slower at 8-16)
+#ifndef EPI_OVERLAP_MIN
+#define EPI_OVERLAP_MIN 24
+#endif
+#define NBOX (BN % 64 >= EPI_OVERLAP_MIN ? (BN + 63) / 64 : BN / 64)
 
 using namespace hopper;
 using Sched = TileScheduler<CLUSTER, 1, 1, STREAMK>;
@@ -473,24 +481,33 @@ gemm_fp8(const uint8_t* __restrict__ A, const uint8_t* __restrict__ B, bf16_t* _
         const uint32_t cbuf = sC + c * (GB * BOX);
         const int r = warp * 16 + 8 * ((lane / 8) % 2) + lane % 8;   // stmatrix: this lane's row
         const int jsel = lane / 16;
+        // box b's first column in the tile: whole boxes, then the overlapping last one
+        const auto bcol = [](int b) { return b < BN / 64 ? 64 * b : BN - 64; };
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-          for (int g = 0; g < BN / EPI_W; ++g) {
+          for (int g = 0; g < (NBOX + GB - 1) / GB; ++g) {
             if (tid == 0) tma::store_wait_read();
             named_sync(1 + c, 128);   // buffer free
 #pragma unroll
             for (int bx = 0; bx < GB; ++bx)
-              epi::stmatrix_box_sw128(cbuf + bx * BOX + r * 128, r, jsel, acc[mt], (g * GB + bx) * 8);
+              if (g * GB + bx < NBOX)
+                epi::stmatrix_box_sw128(cbuf + bx * BOX + r * 128, r, jsel, acc[mt],
+                                        bcol(g * GB + bx) / 8);
             fence_proxy_async();      // visible to TMA
             named_sync(1 + c, 128);   // buffer full
             if (tid == 0) {
 #pragma unroll
               for (int bx = 0; bx < GB; ++bx)
-                tma::store_2d(&tmC, cbuf + bx * BOX, tn * BN + (g * GB + bx) * 64, row0 + mt * 64);
+                if (g * GB + bx < NBOX)
+                  tma::store_2d(&tmC, cbuf + bx * BOX, tn * BN + bcol(g * GB + bx), row0 + mt * 64);
               tma::store_commit();
             }
           }
+          // the last columns no box covers (fewer than EPI_OVERLAP_MIN): from the registers
+          if constexpr (NBOX * 64 < BN)
+            epi::store_cols<BN / 64 * 8, BN / 8>(acc[mt], C, row0 + mt * 64 + warp * 16 + lane / 4,
+                                                 tn * BN + (lane % 4) * 2, M, N);
         }
       }
 #else
