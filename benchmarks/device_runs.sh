@@ -14,7 +14,7 @@
 #                                                earlier step passed on this machine left out)
 #   bash benchmarks/device_runs.sh probe         cuBLAS's own tiles at the weak shapes (~200 s)
 #   bash benchmarks/device_runs.sh quick         only the GPU tests of what no GPU has run yet
-#                                                (gemm_fp8's ping-pong, e5m2 and PSETS=2
+#                                                (gemm_fp8's ping-pong, e5m2, PSETS=2, BN 160
 #                                                cases, ~20 s once compiled, ~60 s cold)
 #   bash benchmarks/device_runs.sh promo         the tensor maps' L2 promotion (the default
 #                                                256 B, then NONE) at the weak shapes whose row
@@ -54,7 +54,7 @@ picks_where() {
 # machine: the tests step leaves them out rather than run them twice
 PASSED=/tmp/gpu_tests_passed
 PP_CASES="test_gpu_gemm_fp8 and scaling_mode and PINGPONG"
-NEW_CASES="test_gpu_gemm_fp8 and (PINGPONG or e5m2 or PSETS)"
+NEW_CASES="test_gpu_gemm_fp8 and (PINGPONG or e5m2 or PSETS or BN160)"
 declare -A NEED=([fp8]=240 [tests]=330 [quick]=120 [e5m2]=100 [promo]=220 [probe]=220 [rate]=30 [fp8p]=90 [trace]=150)
 WEAK=1000x3000x1000,3000x5000x1000,1536x1536x1536,7000x9000x3000,3000x4000x4104
 while [ $# -gt 0 ]; do
