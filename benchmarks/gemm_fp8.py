@@ -92,32 +92,25 @@ class Runner:
         run.ws = ws
         return run
 
-    def errors(self, config, size, state) -> dict:
-        """Ours and both baselines' relative errors against the fp32 reference (a baseline
-        that refuses the size: None)."""
-        from porter.measure.ops.gemm_fp8 import baseline_error
+    def own_error(self, config, size, state) -> float:
+        """Ours alone: its relative error against the fp32 reference."""
         run = self.launcher(config, size, state)
         self.op.poison(state)
         run()
         self.cp.cuda.Device().synchronize()
-        out = {"ours": self.op.error(state)}
+        return self.op.error(state)
+
+    def errors(self, config, size, state) -> dict:
+        """Ours and both baselines' relative errors against the fp32 reference (a baseline
+        that refuses the size: None)."""
+        from porter.measure.ops.gemm_fp8 import baseline_error
+        out = {"ours": self.own_error(config, size, state)}
         for name, fast in (("scaled_mm_fast", True), ("scaled_mm", False)):
             try:
                 out[name] = baseline_error(state, fast)
             except RuntimeError:   # torch._scaled_mm wants M, N, K in multiples of 16
                 out[name] = None
         return out
-
-    def own_error(self, config, size, state):
-        """Ours alone against the fp32 reference (None where the launch fails)."""
-        try:
-            run = self.launcher(config, size, state)
-            self.op.poison(state)
-            run()
-            self.cp.cuda.Device().synchronize()
-        except Exception:  # noqa: BLE001 - a failed compile or launch rejects the candidate
-            return None
-        return self.op.error(state)
 
     def time(self, fns, reps=None, target_ms=300.0):
         """Median ms of each function, interleaved repeat by repeat (rotating order), each
@@ -298,10 +291,16 @@ def do_final(r, out, picks, scalings=(1, 2)):
                 state["size"], state["fast"] = size, accum == 1
                 # a candidate is timed only once its output verified on these inputs (a wrong
                 # kernel can be fast): those that did not are listed in the record
-                ok = [c for c in cands if r.feasible(c, size)]
-                bad = [{"params": c, "error": e} for c in ok if (e := r.own_error(c, size, state))
-                       is None or e > r.op.rtol]
-                ok = [c for c in ok if all(c != b["params"] for b in bad)]
+                ok, bad = [], []
+                for c in (c for c in cands if r.feasible(c, size)):
+                    try:
+                        e = r.own_error(c, size, state)
+                    except Exception:  # noqa: BLE001 - a failed compile or launch rejects it
+                        e = None
+                    if e is None or e > r.op.rtol:
+                        bad.append({"params": c, "error": e})
+                    else:
+                        ok.append(c)
                 fin = [(side_by_side(r, c, size, state), c) for c in ok]
                 if not fin:
                     continue

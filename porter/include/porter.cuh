@@ -84,3 +84,7 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) {
 }
 
 #define PORTER_CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
+
+// A compile-time int as a type: a generic lambda given IntC<V>{} is instantiated for V (one copy
+// of a k-loop or epilogue per tile width, a promotion round per length).
+template <int V> struct IntC { enum { value = V }; };

@@ -137,7 +137,6 @@
 
 using namespace hopper;
 using Sched = TileScheduler<CLUSTER, 1, 1, STREAMK>;
-template <int V> struct IntC { enum { value = V }; };
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 gemm_fp8(const uint8_t* __restrict__ A, const uint8_t* __restrict__ B, bf16_t* __restrict__ C,
@@ -235,20 +234,17 @@ gemm_fp8(const uint8_t* __restrict__ A, const uint8_t* __restrict__ B, bf16_t* _
 #else
 #define MMA_D acc
 #endif
-    const auto fence_d = [&]() {
+    const auto fence_set = [&](float (&d)[MT][BN / 2]) {
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt) wgmma::fence_regs<BN / 2>(MMA_D[mt]);
+      for (int mt = 0; mt < MT; ++mt) wgmma::fence_regs<BN / 2>(d[mt]);
     };
+    const auto fence_d = [&]() { fence_set(MMA_D); };
 #if PSETS == 2
     float part2[MT][BN / 2];  // PSETS=2: the other set (odd k-tiles of a tile)
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
       for (int i = 0; i < BN / 2; ++i) part2[mt][i] = 0.f;
-    const auto fence_set = [&](float (&d)[MT][BN / 2]) {
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) wgmma::fence_regs<BN / 2>(d[mt]);
-    };
     const auto add_set = [&](float (&d)[MT][BN / 2]) {
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)

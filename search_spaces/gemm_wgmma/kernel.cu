@@ -177,7 +177,6 @@ typedef f16_elem Elem;   // MMA and epilogue conversions (porter.cuh, wgmma.cuh)
 typedef bf16_elem Elem;
 #endif
 using Sched = TileScheduler<CLUSTER, PERSIST, SPLITK, STREAMK>;
-template <int V> struct IntC { enum { value = V }; };
 
 // TAILW: the last R rows of tiles are cut along N into P pieces each, the first r of them
 // TAILW + 8 wide and the rest TAILW (N % 8 == 0: they tile N exactly), dealt out after the
