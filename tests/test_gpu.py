@@ -103,6 +103,12 @@ def test_short_gemm_port_verifies_every_measured_trial(tmp_path):
     (dict(BK=128, STAGES=2, RELEASE=1), (1000, 3000, 1000)),
     (dict(BN=224, TAILW=192, RELEASE=1), (3000, 4040, 4104)),
     (dict(BN=128, CLUSTER=2, PINGPONG=1, RELEASE=1), (3000, 5000, 1000)),
+    # the epilogue staged in the ring's A rows: 5 stages of 128x200 in clusters of 4 (3 boxes and
+    # 8 columns from the registers), two slabs a consumer (256 rows), two sub-tiles a stage
+    (dict(BN=200, CLUSTER=4, PERSIST=0, EPI=5, STAGES=5), (1000, 3000, 1000)),
+    (dict(BM=256, BN=152, CLUSTER=2, PERSIST=0, EPI=5), (3000, 5000, 1000)),
+    (dict(BK=128, STAGES=2, PERSIST=0, EPI=5), (1000, 1000, 1024)),
+    (dict(BN=224, PERSIST=0, EPI=5, STAGES=5), (3000, 4040, 4104)),
 ])
 def test_wgmma_side_by_side_interleaved(config, size):
     """Hopper only: a gemm_wgmma variant measured the way benchmarks end (ours and cuBLAS

@@ -73,6 +73,14 @@ CONFIGS += [
          SPLITK=1, STREAMK=0, SWAP=0, PINGPONG=1),
     dict(BM=64, BN=256, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=16, PERSIST=1, CLUSTER=2, EPI=1,
          SPLITK=1, STREAMK=0, SWAP=0, PINGPONG=1),
+    # the epilogue staged in the ring's A rows (one tile per CTA): 128x200 in clusters of 4 with
+    # 5 stages (cuBLAS's tile at 1000x3000x1000), two m64 slabs a consumer, two sub-tiles a stage
+    dict(BM=128, BN=200, BK=64, STAGES=5, CONSUMERS=2, GROUP_M=4, PERSIST=0, CLUSTER=4, EPI=5,
+         SPLITK=1, STREAMK=0, SWAP=0),
+    dict(BM=256, BN=152, BK=64, STAGES=4, CONSUMERS=2, GROUP_M=8, PERSIST=0, CLUSTER=2, EPI=5,
+         SPLITK=1, STREAMK=0, SWAP=0),
+    dict(BM=128, BN=256, BK=128, STAGES=2, CONSUMERS=2, GROUP_M=8, PERSIST=0, CLUSTER=1, EPI=5,
+         SPLITK=1, STREAMK=0, SWAP=0),
 ]
 CONFIGS = [{**c, "TAILW": c.get("TAILW", 0), "PINGPONG": c.get("PINGPONG", 0)} for c in CONFIGS]
 SMALL = (16, 8192, 8192)
@@ -200,6 +208,18 @@ def test_constraints_reject_oversized_configs():
     assert not _feasible(tpl, {**base, "BN": 16, "CLUSTER": 4, "PERSIST": 0})   # 8+8+8+0 rows
     assert _feasible(tpl, {**base, "BN": 200, "EPI": 3, "STAGES": 5})   # 223 KB of 227
     assert not _feasible(tpl, {**base, "BN": 224, "EPI": 3, "STAGES": 5})
+    # EPI=5 stages the epilogue in the ring: no smem of its own, so a stage more, but only with
+    # one whole-K tile per CTA and a ring with a box of A rows for each of a slab's boxes
+    ring5 = {**base, "BN": 224, "EPI": 5, "STAGES": 5, "PERSIST": 0}
+    assert _feasible(tpl, ring5)
+    assert not _feasible(tpl, {**ring5, "PERSIST": 1})
+    assert not _feasible(tpl, {**ring5, "BM": 64, "BN": 128, "CONSUMERS": 1, "SPLITK": 4},
+                         size=SMALL)
+    assert not _feasible(tpl, {**ring5, "BN": 256, "STAGES": 3})       # 4 boxes, 3 stages
+    assert _feasible(tpl, {**ring5, "BN": 256, "STAGES": 2, "BK": 128})
+    assert (tpl.launch({**base, "BN": 200, "EPI": 3, "PERSIST": 0}, SM90A, (4096,) * 3).smem -
+            tpl.launch({**base, "BN": 200, "EPI": 5, "PERSIST": 0}, SM90A, (4096,) * 3).smem
+            == 2 * 64 * 64 * 2 + 1024)
     # the last rows re-cut into pieces: at 4096^3 (512 tiles of 128x256, 3.88 waves) 8 rows in 18
     # pieces of 224-232 fill the last wave; 21 pieces of 192-200 a row need more rows than the
     # last wave holds; whole waves (1056 tiles) leave nothing to re-cut

@@ -19,6 +19,10 @@
 // EPI=4: EPI=3's buffer, but each warp stores its own 16 rows of a box by TMA (C's tensor map
 // has 16-row boxes), with no barrier across the warpgroup: the buffer's EPI_W / 64 boxes are a
 // ring of slices a warp writes again once its own store from that slice has read it.
+// EPI=5 (one whole-K tile per CTA: PERSIST=0, SPLITK=1): EPI=2's whole tile staged at once, in
+// the consumer's own rows of the stage ring's A tiles, free once its last MMAs have retired
+// (nothing more is loaded there and no other consumer reads them), so no smem is set aside for
+// the epilogue and a tile takes one stage more (128x200 in clusters of 4: 5 stages, as cuBLAS).
 // CLUSTER=2/4: two or four CTAs on vertically adjacent tiles share the B tile; each loads its
 // share of it and multicasts it into all, and each consumer warp frees a stage in all of them.
 // PERSIST=1: grid of at most one CTA per SM striding over tiles, so the producer prefetches the
@@ -75,7 +79,7 @@
 #ifndef EPI
 #define EPI 1          // 0: stores straight from registers; 1: staged through smem, 16-byte stores
 #endif             // 2: stmatrix into smem, TMA store, whole tile; 3: the same, 64 x EPI_W at a time;
-                   // 4: as 3, each warp storing its own 16 rows
+                   // 4: as 3, each warp storing its own 16 rows; 5: as 2, staged in the ring
 #ifndef SPLITK
 #define SPLITK 1       // >1: each tile's K range is cut into SPLITK parts, reduced in the workspace
 #endif
@@ -167,7 +171,10 @@
 #define NBOX_OF(w) ((w) % 64 >= EPI_OVERLAP_MIN ? ((w) + 63) / 64 : (w) / 64)
 #define NBOX NBOX_OF(BN)             // boxes a slab takes
 #if EPI >= 2 && (BN < 64 || SWAP)
-#error "EPI=2/3/4 store 64-column boxes (the last one may overlap the one before): BN >= 64, no SWAP"
+#error "EPI=2/3/4/5 store 64-column boxes (the last one may overlap the one before): BN >= 64, no SWAP"
+#endif
+#if EPI == 5 && (PERSIST || SPLITK != 1 || NBOX > STAGES * KSUB)
+#error "EPI=5 needs PERSIST=0, SPLITK=1 and a box of the ring's A rows per box of a slab"
 #endif
 
 using namespace hopper;
@@ -485,7 +492,9 @@ gemm_wgmma(const uint16_t* __restrict__ A, const uint16_t* __restrict__ B, uint1
 #elif EPI >= 2
       // Boxes of 64 rows x 64 columns (128 bytes, 16-byte chunk q of row r at (q ^ r % 8) * 16,
       // TMA's 128-byte swizzle). EPI=2: box (mt, b) of this consumer at its own offset; EPI=3:
-      // EPI_W / 64 boxes reused, so each group waits for the previous group's stores to read.
+      // EPI_W / 64 boxes reused, so each group waits for the previous group's stores to read;
+      // EPI=5: as EPI=2, box i in this consumer's 64-row slab i % MT of the ring's A sub-tile
+      // i / MT (stage by stage): rows only its own MMAs read, all retired (wait<0> above).
       // The item's width: BN, or a re-cut piece's. A width EPI_OVERLAP_MIN or more columns past
       // a multiple of 64 takes one more box, its last 64 columns (WD - 64 .. WD - 1): it
       // overlaps the box before it and writes the same values there again (thread stores of
@@ -494,8 +503,15 @@ gemm_wgmma(const uint16_t* __restrict__ A, const uint16_t* __restrict__ B, uint1
         constexpr int WD = decltype(wdc)::value;
         constexpr int BOX = 64 * 64 * 2;
         constexpr int NB = NBOX_OF(WD);                           // boxes
-        constexpr int GB = EPI == 2 ? NBOX : EPI_W / 64;         // boxes per group
-        const uint32_t cbuf = sC + c * (EPI == 2 ? MT * NBOX * BOX : GB * BOX);
+        constexpr bool WHOLE = EPI == 2 || EPI == 5;              // the whole tile staged
+        constexpr int GB = WHOLE ? NBOX : EPI_W / 64;             // boxes per group
+        const uint32_t cbuf = sC + c * (WHOLE ? MT * NBOX * BOX : GB * BOX);
+        const auto box_at = [&](int i) -> uint32_t {
+          if constexpr (EPI == 5)
+            return sA + (i / MT / KSUB) * A_TILE_BYTES + (i / MT % KSUB) * A_SUB_BYTES +
+                   (WROW(c) + 64 * (i % MT)) * 128;
+          return cbuf + i * BOX;
+        };
         // stmatrix: this thread's row of matrix lane / 8 = (column block +lane/16, half lane/8%2)
         const int r = warp * 16 + 8 * ((lane / 8) % 2) + lane % 8;
         const int jsel = lane / 16;
@@ -540,8 +556,8 @@ gemm_wgmma(const uint16_t* __restrict__ A, const uint16_t* __restrict__ B, uint1
 #pragma unroll
             for (int bx = 0; bx < GB; ++bx) {
               if (g * GB + bx >= NB) continue;
-              const int box = EPI == 2 ? mt * NBOX + g * GB + bx : bx;
-              epi::stmatrix_box_sw128<Elem>(cbuf + box * BOX + r * 128, r, jsel, acc[mt],
+              const int box = WHOLE ? mt * NBOX + g * GB + bx : bx;
+              epi::stmatrix_box_sw128<Elem>(box_at(box) + r * 128, r, jsel, acc[mt],
                                             bcol(g * GB + bx) / 8);
             }
             fence_proxy_async();      // visible to TMA
@@ -550,8 +566,8 @@ gemm_wgmma(const uint16_t* __restrict__ A, const uint16_t* __restrict__ B, uint1
 #pragma unroll
               for (int bx = 0; bx < GB; ++bx) {
                 if (g * GB + bx >= NB) continue;
-                const int box = EPI == 2 ? mt * NBOX + g * GB + bx : bx;
-                tma::store_2d(&tmC, cbuf + box * BOX, cs + bcol(g * GB + bx),
+                const int box = WHOLE ? mt * NBOX + g * GB + bx : bx;
+                tma::store_2d(&tmC, box_at(box), cs + bcol(g * GB + bx),
                               tm * BM + WROW(c) + mt * 64);
               }
               tma::store_commit();
