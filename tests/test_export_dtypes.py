@@ -73,6 +73,10 @@ def test_tiled_args_strides_are_in_the_elements_bytes():
     f32 = tiled_args(0x7f0000000000, [8, 1000, 128], [32, 64], 128, "float32")   # rank 3
     assert f32["dims"] == [128, 1000, 8] and f32["strides"] == [512, 512 * 1000]
     assert f32["box"] == [32, 64, 1] and f32["data_type_value"] == 7
+    # L2 promotion by the row pitch, as porter measured it: 256 bytes on 32-byte sectors, none off
+    assert [a["l2_promotion"] for a in (fp8, bf16, f32)] == ["L2_256B"] * 3
+    assert tiled_args(0x7f0000000000, [M, 1000], [64, 128], 128)["l2_promotion"] == "NONE"
+    assert tiled_args(0x7f0000000000, [M, 1008], [64, 128], 128)["l2_promotion"] == "L2_256B"
     with pytest.raises(ValueError, match="no TMA data type for element type 'e3m4'"):
         tiled_args(0, [M, K], [128, 128], 128, "e3m4")
 

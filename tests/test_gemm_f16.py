@@ -136,7 +136,8 @@ class _FakeDriver:
                                       CU_TENSOR_MAP_DATA_TYPE_FLOAT16="f16")
         self.CUtensorMapInterleave = ns(CU_TENSOR_MAP_INTERLEAVE_NONE="none")
         self.CUtensorMapSwizzle = ns(CU_TENSOR_MAP_SWIZZLE_128B="128B")
-        self.CUtensorMapL2promotion = ns(CU_TENSOR_MAP_L2_PROMOTION_L2_256B="l2")
+        self.CUtensorMapL2promotion = ns(CU_TENSOR_MAP_L2_PROMOTION_L2_256B="l2",
+                                         CU_TENSOR_MAP_L2_PROMOTION_NONE="l2_none")
         self.CUtensorMapFloatOOBfill = ns(CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE="zero")
 
     def cuTensorMapEncodeTiled(self, *args):
@@ -169,6 +170,8 @@ def test_tensor_maps_are_float16(monkeypatch):
     a, c = drv.calls
     assert a[:6] == ("f16", 2, 0x7f0000000000, [K, M], [K * 2], [64, 128])
     assert c[0] == "f16" and c[3:6] == ([N, M], [N * 2], [64, 64])
+    # A's pitch (4128 bytes) is on 32-byte sectors, C's (1552) 16 bytes off them: no promotion
+    assert (a[9], c[9]) == ("l2", "l2_none")
     with pytest.raises(TemplateError, match="over B"):
         op.tensor_map(state, "B", (128, 128), 128)                 # 256 bytes > the swizzle
 

@@ -310,16 +310,19 @@ def test_tensor_maps_are_bytes_for_fp8_and_bf16_for_c(monkeypatch):
         op.tensor_map(state, "A", (128, 128), 128)
 
 
-def test_l2_promotion_is_256_bytes_unless_the_probe_knob_names_another(monkeypatch):
+def test_l2_promotion_follows_the_row_pitch_unless_the_probe_knob_names_another(monkeypatch):
     drv = _FakeDriver()
     monkeypatch.setattr(tma, "_driver", lambda: drv)
-    state = {"A": _Arr((256, 1024), np.uint8, 0x7f0000000000)}
     op = get_op("gemm_fp8")
     monkeypatch.delenv("PORTER_TMA_L2_PROMOTION", raising=False)
-    op.tensor_map(state, "A", (128, 128), 128)
+    # pitches 1024 and 2016 bytes (on 32-byte sectors): 256 bytes; 1040 (16 off them): none
+    for k in (1024, 2016, 1040):
+        op.tensor_map({"A": _Arr((256, k), np.uint8, 0x7f0000000000)}, "A", (128, 128), 128)
     monkeypatch.setenv("PORTER_TMA_L2_PROMOTION", "none")
-    op.tensor_map(state, "A", (128, 128), 128)
-    assert [c[9] for c in drv.calls] == ["l2", "l2_none"]
+    op.tensor_map({"A": _Arr((256, 1024), np.uint8, 0x7f0000000000)}, "A", (128, 128), 128)
+    monkeypatch.setenv("PORTER_TMA_L2_PROMOTION", "L2_256B")
+    op.tensor_map({"A": _Arr((256, 1040), np.uint8, 0x7f0000000000)}, "A", (128, 128), 128)
+    assert [c[9] for c in drv.calls] == ["l2", "l2", "l2_none", "l2_none", "l2"]
     monkeypatch.setenv("PORTER_TMA_L2_PROMOTION", "512B")
     with pytest.raises(ValueError, match="must be one of NONE, L2_64B, L2_128B, L2_256B"):
         tma.encode_tiled(0x7f0000000000, [1024, 256], [1024], [128, 128], elem_bytes=1)

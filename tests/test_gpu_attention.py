@@ -43,7 +43,8 @@ class _FakeDriver:
         self.CUtensorMapInterleave = ns(CU_TENSOR_MAP_INTERLEAVE_NONE="none")
         self.CUtensorMapSwizzle = ns(**{f"CU_TENSOR_MAP_SWIZZLE_{s}": s
                                         for s in ("NONE", "32B", "64B", "128B")})
-        self.CUtensorMapL2promotion = ns(CU_TENSOR_MAP_L2_PROMOTION_L2_256B="l2_256")
+        self.CUtensorMapL2promotion = ns(CU_TENSOR_MAP_L2_PROMOTION_L2_256B="l2_256",
+                                         CU_TENSOR_MAP_L2_PROMOTION_NONE="l2_none")
         self.CUtensorMapFloatOOBfill = ns(CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE="zero")
 
     def cuTensorMapEncodeTiled(self, *args):

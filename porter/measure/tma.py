@@ -51,7 +51,8 @@ def encode_tiled_2d(ptr: int, rows: int, cols: int, row_stride_bytes: int, box_c
     """A 2-D bf16 tensor map over a row-major matrix (rows x cols, `row_stride_bytes` apart).
 
     Dimensions go innermost first: {cols, rows}; the box is box_cols x box_rows elements.
-    Interleave none, L2 promotion 256 B, out-of-bounds elements read as zero.
+    Interleave none, L2 promotion by the row pitch (`l2_promotion`), out-of-bounds elements
+    read as zero.
     Returns the descriptor's 128 bytes, ready to pass by value as a kernel argument.
     """
     if swizzle not in _SWIZZLES:
@@ -123,8 +124,8 @@ def encode_tiled(ptr: int, dims: Sequence[int], strides_bytes: Sequence[int],
                  dtype: str | None = None) -> bytes:
     """A rank-N tensor map (arguments as `tiled_params`) of bf16 elements, or with elem_bytes
     1 of bytes (fp8: TMA only copies them) or 4 of fp32, or of the element type `dtype` names
-    (it sets the size too: "float16" is FLOAT16, 2 bytes); interleave none, L2 promotion 256 B
-    (`l2_promotion`), out-of-bounds elements read as zero and stores clip at the edges. Returns
+    (it sets the size too: "float16" is FLOAT16, 2 bytes); interleave none, L2 promotion by the
+    row pitch (`l2_promotion`), out-of-bounds elements read as zero and stores clip at the edges. Returns
     the descriptor's 128 bytes. `encode_tiled_2d` is the row-major bf16 matrix case."""
     type_name, elem_bytes = data_type(elem_bytes, dtype)
     p = tiled_params(ptr, dims, strides_bytes, box, swizzle, elem_bytes)
@@ -140,7 +141,8 @@ def encode_tiled(ptr: int, dims: Sequence[int], strides_bytes: Sequence[int],
         [u32(e) for e in p["elem_strides"]],
         drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
         getattr(drv.CUtensorMapSwizzle, f"CU_TENSOR_MAP_SWIZZLE_{_SWIZZLES[swizzle]}"),
-        getattr(drv.CUtensorMapL2promotion, f"CU_TENSOR_MAP_L2_PROMOTION_{l2_promotion()}"),
+        getattr(drv.CUtensorMapL2promotion,
+                f"CU_TENSOR_MAP_L2_PROMOTION_{l2_promotion(p['strides'])}"),
         drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
     ), "cuTensorMapEncodeTiled")
     words = [int(w) for w in tmap.opaque]
@@ -150,11 +152,15 @@ def encode_tiled(ptr: int, dims: Sequence[int], strides_bytes: Sequence[int],
     return blob
 
 
-def l2_promotion() -> str:
-    """The L2 promotion the tensor maps ask for: L2_256B, or what PORTER_TMA_L2_PROMOTION names
-    (NONE, L2_64B, L2_128B, L2_256B), a development knob for probes such as
-    `benchmarks/device_runs.sh promo`. ValueError (one line) for another value."""
-    v = os.environ.get("PORTER_TMA_L2_PROMOTION", "L2_256B").strip().upper() or "L2_256B"
+def l2_promotion(strides_bytes: Sequence[int] = ()) -> str:
+    """The L2 promotion a tensor map with these outer strides asks for: by its row pitch
+    (`l2_promotion_for`: none where off 32-byte sectors, else 256 bytes, as the exports do), or
+    what PORTER_TMA_L2_PROMOTION names (NONE, L2_64B, L2_128B, L2_256B), a development knob for
+    probes such as `benchmarks/device_runs.sh promo`. ValueError (one line) for another value."""
+    from porter.export.runtime_py import l2_promotion_for
+    v = os.environ.get("PORTER_TMA_L2_PROMOTION", "").strip().upper()
+    if not v:
+        return l2_promotion_for(strides_bytes)
     if v not in L2_PROMOTIONS:
         raise ValueError(f"PORTER_TMA_L2_PROMOTION must be one of {', '.join(L2_PROMOTIONS)}, "
                          f"not {v!r}")
