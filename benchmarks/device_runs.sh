@@ -5,7 +5,11 @@
 # cupy, torch and numpy but not the rest.
 #   bash benchmarks/device_runs.sh sweep=LABEL   H200: the five weak bf16 shapes re-ported and
 #                                                merged into gemm_sweep_h200.json (~250 s),
-#                                                their records labelled LABEL
+#                                                their records labelled LABEL; SWEEP_SHAPES=
+#                                                M1xN1xK1,... re-ports those instead (the weak
+#                                                ones among them searched longer), SWEEP_S=N
+#                                                gives the step N seconds (default 250),
+#                                                SWEEP_ANY_GPU=1 runs it on another GPU too
 #   bash benchmarks/device_runs.sh fp8           gemm_fp8's ping-pong GPU cases first (their
 #                                                picks are left out if they fail), then the final
 #                                                over gemm_fp8_picks.json (~80 s on an H100,
@@ -62,16 +66,24 @@ declare -A NEED=([fp8]=240 [tests]=330 [quick]=120 [e5m2]=100 [promo]=220 [probe
 WEAK=1000x3000x1000,3000x5000x1000,1536x1536x1536,7000x9000x3000,3000x4000x4104
 while [ $# -gt 0 ]; do
   step=$1; shift
-  need=${NEED[${step%%=*}]:-250}
+  need=${NEED[${step%%=*}]:-${SWEEP_S:-250}}
   left=$(cap $need)
   if [ "$left" -lt $((need / 2)) ]; then echo "$step: $left s left of BUDGET_S, skipped"; continue; fi
   case $step in
     sweep=*)
       label=${step#sweep=}
-      if ! echo "$GPU" | grep -q H200; then echo "sweep: not an H200, skipped"; continue; fi
-      timeout $(cap 250) python3 benchmarks/gemm_sweep.py --out "$OUT/sweep" --db /tmp/sweep.db \
-        --label "$label" --merge benchmarks/results/gemm_sweep_h200.json --shapes $WEAK \
-        --deep $WEAK --deep-min-trials 45 --deadline-s 120 2>&1 | tail -30
+      # another GPU only with SWEEP_ANY_GPU=1: a port from the H200's answers (--warm-from),
+      # its own file, nothing merged into the H200's
+      src="--merge benchmarks/results/gemm_sweep_h200.json"
+      if ! echo "$GPU" | grep -q H200; then
+        if [ -z "$SWEEP_ANY_GPU" ]; then echo "sweep: not an H200, skipped"; continue; fi
+        src="--warm-from benchmarks/results/gemm_sweep_h200.json"
+      fi
+      ss=${SWEEP_S:-250}
+      timeout $(cap $ss) python3 benchmarks/gemm_sweep.py --out "$OUT/sweep" --db /tmp/sweep.db \
+        --label "$label" $src \
+        --shapes ${SWEEP_SHAPES:-$WEAK} --deep $WEAK --deep-min-trials 45 \
+        --deadline-s $((ss - 130)) 2>&1 | tail -30
       echo "sweep rc ${PIPESTATUS[0]}" ;;
     fp8)
       picks=benchmarks/gemm_fp8_picks.json
