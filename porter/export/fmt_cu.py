@@ -208,8 +208,9 @@ extern "C" cudaError_t launch_{name}({", ".join(sig)}, cudaStream_t stream) {{
 def _tensor_map_code(tpl: Template, ops: OpArgs, c) -> str:
     """porter_make_maps(maps, <pointers and sizes>): each [[tensor_maps]] entry encoded over its
     buffer (row-major, dimensions innermost first) with the buffer's element type and strides in
-    its bytes (gemm_fp8's A and B: UINT8, 1 byte; bf16: BFLOAT16, 2); a zero box leaves 128 zero
-    bytes."""
+    its bytes (gemm_fp8's A and B: UINT8, 1 byte; bf16: BFLOAT16, 2) and the L2 promotion of
+    `runtime_py.l2_promotion_for` (none where the row pitch is off 32-byte sectors, else 256
+    bytes); a zero box leaves 128 zero bytes."""
     if not tpl.tensor_maps:
         return ""
     params = ", ".join(f"{'const void*' if x.kind == 'ptr' else 'int'} {x.name}"
@@ -235,7 +236,8 @@ def _tensor_map_code(tpl: Template, ops: OpArgs, c) -> str:
       int r = encode(&maps[{i}], {type_value} /* {type_name} */, 2, (void*){tm.buffer}, dims,
                      strides, box, elem, 0 /* no interleave */,
                      {_SWIZZLE[tm.swizzle]} /* swizzle {tm.swizzle} B */,
-                     3 /* L2 promotion 256 B */, 0 /* out-of-bounds: zeros */);
+                     strides[0] % 32ULL ? 0 : 3 /* L2 promotion: none off 32-byte sectors, else 256 B */,
+                     0 /* out-of-bounds: zeros */);
       if (r != 0) return cudaErrorInvalidValue;
     }}
   }}""")
