@@ -28,6 +28,11 @@ VARY = ("BN", "STREAMK", "TAILW", "BM", "CLUSTER", "SPLITK", "EPI", "STAGES")
 ALIGN = (0.0, 0.0, 1.0)   # K's row alignment counts in the distance between shapes (seed_check)
 N_WAVE = 4                # of those, this many tile shapes / splits / clusters of the best seed
 WAVE_VARY = ("BM", "BN", "SPLITK", "CLUSTER")   # that fill the waves better ([launch] tile_cost)
+FINALISTS = 2             # the search's fastest configurations re-timed side by side, then up
+N_DISTINCT = 2            # to this many more of another structure (STRUCTURE) within NEAR of
+NEAR = 0.03               # the fastest: at 15-60 us the search's figures are noisier than that
+STRUCTURE = ("BM", "BN", "STAGES", "CONSUMERS", "PERSIST", "CLUSTER", "EPI", "SPLITK", "STREAMK",
+             "TAILW", "SWAP", "PINGPONG")
 COMPILE_WORKERS = 12      # one compile pool for the whole sweep, lent to every shape's job
 AHEAD = 6                 # (a pool per job costs ~1 s of spawning); at most AHEAD in flight
 
@@ -95,6 +100,28 @@ def sweep_seeds(tpl, arch, shape, tuned: list[Tuned]) -> list[dict]:
     return seeds_for(shape, tuned, tpl.params, feasible, N_SEEDS, vary=VARY, n_vary=N_VARY,
                      align=ALIGN, cost=cost, wave_vary=WAVE_VARY, n_wave=N_WAVE,
                      feasible_at=feasible)
+
+
+def pick_finalists(measured, top: int = FINALISTS, distinct: int = N_DISTINCT,
+                   near: float = NEAR) -> list:
+    """The configurations to re-time side by side, from the measured trials fastest first: the
+    `top` fastest, then up to `distinct` more, each the fastest of a structure (the STRUCTURE
+    parameters; GROUP_M and RELEASE alone do not make one) not yet picked, within `near` of the
+    fastest objective. Near-ties of another kind get the careful timing the search cannot give
+    them (the search's 5-40 repeats of a 15-60 us kernel move by 1-3 % from run to run)."""
+    def kind(t):
+        return tuple(t.params.get(k) for k in STRUCTURE)
+    picked = list(measured[:top])
+    if not picked:
+        return picked
+    seen, limit = {kind(t) for t in picked}, measured[0].objective * (1 + near)
+    for t in measured[top:]:
+        if len(picked) >= top + distinct or t.objective > limit:
+            break
+        if kind(t) not in seen:
+            seen.add(kind(t))
+            picked.append(t)
+    return picked
 
 
 def size_text(shape) -> str:
@@ -176,12 +203,12 @@ class SweepPorter:
                            if t.objective else None] for t in trials],
                 "measured": measured}
 
-    def retime(self, shape, measured, finalists: int = 2) -> dict | None:
-        """The fastest `finalists` configurations timed interleaved with the baselines (2
-        rounds each); the best of them timed once more (4 rounds): that is the figure."""
+    def retime(self, shape, measured) -> dict | None:
+        """The finalists (`pick_finalists`) timed interleaved with the baselines (2 rounds
+        each); the best of them timed once more (4 rounds): that is the figure."""
         from port_bench import side_by_side
         fin = []
-        for t in measured[:finalists]:
+        for t in pick_finalists(measured):
             r, _ = side_by_side(self.retime_be, self.tpl, self.arch, t.params, tuple(shape),
                                 repeats=2)
             if r is not None:
@@ -207,7 +234,9 @@ class SweepPorter:
                "date": datetime.date.today().isoformat(), "shape": list(shape),
                "category": category, "seed_policy": f"{N_SEEDS - N_VARY - N_WAVE} nearest (align "
                f"{ALIGN}) + {N_WAVE} wave fits along {','.join(WAVE_VARY)} + {N_VARY} "
-               f"neighbours along {','.join(VARY)}", **found, "retime_seconds": round(time.monotonic() - t0, 2)}
+               f"neighbours along {','.join(VARY)}",
+               "finalist_policy": f"{FINALISTS} fastest + up to {N_DISTINCT} of another "
+               f"structure within {NEAR:.0%}", **found, "retime_seconds": round(time.monotonic() - t0, 2)}
         if res is None:
             rec.update(params=None, ratio=None, note="no configuration measured")
         else:

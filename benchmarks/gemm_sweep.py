@@ -1,6 +1,7 @@
 """bf16 GEMM shape sweep: porter ports gemm_wgmma to each of SHAPES with a small budget
 (at most 60 trials, warm-started from the nearest tuned shapes, stopped early once the search
-has converged), then re-times the best interleaved with cuBLAS (the faster of cublasGemmEx and
+has converged), then re-times its finalists (the fastest two, and near-ties of another
+structure) interleaved with cuBLAS (the faster of cublasGemmEx and
 torch.matmul, an L2 flush before every repeat) in the same process on the same GPU.
 
     python benchmarks/gemm_sweep.py --out DIR [--trials 60] [--shapes 3000x5000x1000,...]

@@ -250,6 +250,26 @@ def test_converged_hook_stops_after_patience():
     assert h.beat() == "stop" and h.stopped
 
 
+def test_finalists_add_near_ties_of_another_structure():
+    """The two fastest, then the fastest of each other structure within 3 % (GROUP_M or
+    RELEASE alone is not another structure); nothing beyond 3 %, at most two more."""
+    from types import SimpleNamespace as T
+
+    from _sweep_port import pick_finalists
+    base = dict(BM=128, BN=144, STAGES=5, CONSUMERS=2, GROUP_M=4, PERSIST=1, CLUSTER=1, EPI=2,
+                SPLITK=1, STREAMK=0, TAILW=0, SWAP=0, PINGPONG=0, RELEASE=0)
+    trials = [T(params={**base, **d}, objective=o) for d, o in [
+        ({}, 1.000), ({"RELEASE": 1}, 1.004), ({"GROUP_M": 8}, 1.006),   # the same structure
+        ({"PERSIST": 0, "EPI": 3}, 1.012), ({"PERSIST": 0, "EPI": 3, "GROUP_M": 16}, 1.013),
+        ({"STAGES": 4}, 1.020), ({"CONSUMERS": 1}, 1.025), ({"BN": 192}, 1.040)]]
+    got = pick_finalists(trials)
+    assert [t.objective for t in got] == [1.000, 1.004, 1.012, 1.020]
+    assert [t.objective for t in pick_finalists(trials, distinct=5)] == \
+        [1.000, 1.004, 1.012, 1.020, 1.025]                          # 1.040 is beyond 3 %
+    assert [t.objective for t in pick_finalists(trials, near=0.005)] == [1.000, 1.004]
+    assert pick_finalists(trials[:1]) == trials[:1] and pick_finalists([]) == []
+
+
 def test_bad_shape_is_one_line():
     with pytest.raises(SystemExit, match="write MxNxK"):
         gs.parse_shape("4096x4096")
