@@ -236,7 +236,8 @@ class SweepPorter:
                f"{ALIGN}) + {N_WAVE} wave fits along {','.join(WAVE_VARY)} + {N_VARY} "
                f"neighbours along {','.join(VARY)}",
                "finalist_policy": f"{FINALISTS} fastest + up to {N_DISTINCT} of another "
-               f"structure within {NEAR:.0%}", **found, "retime_seconds": round(time.monotonic() - t0, 2)}
+               f"structure within {NEAR:.0%}", **found,
+               "retime_seconds": round(time.monotonic() - t0, 2)}
         if res is None:
             rec.update(params=None, ratio=None, note="no configuration measured")
         else:

@@ -128,7 +128,8 @@ def test_cu_encodes_a_and_b_as_bytes_and_c_as_bf16(fp8_cu):
         assert re.search(rf"encode\(&maps\[\d\], 0 /\* UINT8 \*/, 2, \(void\*\){buf},", b)
     # L2 promotion by the row pitch at run time, as the python format and porter's measurements
     for b in blocks.values():
-        assert "strides[0] % 32ULL ? 0 : 3 /* L2 promotion" in b
+        assert "/* L2 promotion: none where the pitch is off 32-byte sectors, else 256 B */\n" \
+               "                     strides[0] % 32ULL ? 0 : 3, 0 /* out-of-bounds: zeros */" in b
     c = blocks["C"]
     assert "// C: bf16, 2 bytes an element" in c
     assert "strides[1] = {(unsigned long long)(long long)N * 2ULL}" in c

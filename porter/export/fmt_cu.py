@@ -236,8 +236,8 @@ def _tensor_map_code(tpl: Template, ops: OpArgs, c) -> str:
       int r = encode(&maps[{i}], {type_value} /* {type_name} */, 2, (void*){tm.buffer}, dims,
                      strides, box, elem, 0 /* no interleave */,
                      {_SWIZZLE[tm.swizzle]} /* swizzle {tm.swizzle} B */,
-                     strides[0] % 32ULL ? 0 : 3 /* L2 promotion: none off 32-byte sectors, else 256 B */,
-                     0 /* out-of-bounds: zeros */);
+                     /* L2 promotion: none where the pitch is off 32-byte sectors, else 256 B */
+                     strides[0] % 32ULL ? 0 : 3, 0 /* out-of-bounds: zeros */);
       if (r != 0) return cudaErrorInvalidValue;
     }}
   }}""")
