@@ -3,6 +3,7 @@ configuration it runs at an untuned size, and the launch it carries (tensor maps
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -58,3 +59,27 @@ def test_python_module_carries_tensor_maps_and_clusters(tmp_path):
     assert [m[3] for m in mod.SPEC["space"]["maps"]] == ["bf16"] * 4
     with pytest.raises(TypeError, match="takes 6 arguments"):
         mod.launch(1, 2, 3)
+
+
+def test_an_untuned_size_takes_the_tuned_one_of_its_row_pitch(tmp_path):
+    """A size whose rows are off 32-byte sectors (K = 1000, N = 5000) runs what was tuned at
+    another such size, not the nearer aligned one (where rows are off sectors a tile needs a
+    cluster to share them: 3000x4000x4104 on an H100, 128x256 0.675 without one, 0.982 with,
+    gemm_wgmma.md); among sizes of one pitch class the nearest still wins."""
+    from porter.spec.template import find_template
+    default = find_template("gemm_wgmma").start_configs()[0]
+    rows = [{"size": [3072, 5120, 1024], "params": {**default, "CLUSTER": 1}},
+            {"size": [1000, 3000, 1000], "params": {**default, "CLUSTER": 2}},
+            {"size": [8192, 8192, 8192], "params": {**default, "STREAMK": 1}}]
+    mod = _module(tmp_path, rows)
+    k = mod.KERNEL
+    assert k.pitches((3000, 5000, 1000)) == {"A": False, "B": False, "C": False}
+    assert k.pitches((3072, 5120, 1024)) == {"A": True, "B": True, "C": True}
+    assert k.pitches((3000, 5000, 1024)) == {"A": True, "B": True, "C": False}
+    assert mod.nearest((3000, 5000, 1000))["size"] == [1000, 3000, 1000]
+    assert mod.select((3000, 5000, 1000))["params"]["CLUSTER"] == 2
+    assert mod.nearest((3000, 5120, 1024))["size"] == [3072, 5120, 1024]
+    assert mod.nearest((6000, 8000, 8000))["size"] == [8192, 8192, 8192]
+    # one buffer's pitch class (C at N = 5000) costs PITCH_COST over the plain log distance
+    plain = sum(abs(math.log(a / b)) for a, b in zip((3072, 5120, 1024), (3000, 5000, 1024)))
+    assert k.distance(rows[0], (3000, 5000, 1024)) == pytest.approx(plain + mod.PITCH_COST)

@@ -33,6 +33,13 @@ _DTYPE_ALIASES = {"bfloat16": "bf16", "fp16": "float16", "half": "float16", "fp3
                   "fp8_e4m3": "e4m3", "float8_e4m3fn": "e4m3", "fp8_e5m2": "e5m2",
                   "float8_e5m2": "e5m2"}
 _SWIZZLE_NAMES = {0: "NONE", 32: "32B", 64: "64B", 128: "128B"}
+# what choosing a tuned size costs, in `ranked`'s units (natural log of the size ratio), for each
+# buffer whose row pitch is on 32-byte sectors at one size and off them at the other: tiles
+# without a cluster, the aligned sizes' answer, ran 9-30 % slower where rows are off sectors
+# (gemm_wgmma at K = 1000 / 3000 / 4104; 3000x4000x4104 0.675 against 0.982 in clusters with
+# the L2 promotion rule), so K = 1000 takes another K = 1000's answer over K = 1024's (porter's
+# warm start weighs K's alignment too, porter/search/warm.py)
+PITCH_COST = math.log(2)
 
 
 def tma_dtype(dtype):
@@ -133,7 +140,7 @@ class TunedKernel:
         self.maps = [(m[0], [Expr(t) for t in m[1]], m[2]) for m in e["maps"]]
         self.map_dtypes = [tma_dtype(m[3] if len(m) > 3 else "bf16")[0] for m in e["maps"]]
         self._choice, self._modules, self._ws, self._smem_set = {}, {}, {}, set()
-        self._sms = {}
+        self._sms, self._pitches = {}, {}
         self._prepared = OrderedDict()
 
     # ---- choosing a configuration --------------------------------------------------------
@@ -164,10 +171,35 @@ class TunedKernel:
             return f"cluster {g['cluster']}"
         return None
 
+    def pitches(self, size):
+        """Per buffer a tensor map reads or writes: whether its row pitch is on 32-byte sectors
+        at `size` (`l2_promotion_for`); None where its extents do not evaluate there."""
+        size = tuple(size)
+        if size not in self._pitches:
+            env, out = dict(zip(self.dims, size)), {}
+            for (buf, _, sw), dtype in zip(self.maps, self.map_dtypes):
+                if buf in out:
+                    continue
+                try:
+                    dims = [int(Expr(str(d))(env)) for d in self.spec["buffers"][buf]]
+                    out[buf] = tiled_args(0, dims, [], sw, dtype)["l2_promotion"] != "NONE"
+                except Exception:  # noqa: BLE001 - extents that do not evaluate tell nothing
+                    out[buf] = None
+            self._pitches[size] = out
+        return self._pitches[size]
+
+    def distance(self, entry, size):
+        """How far `entry`'s tuned size is from `size`: the log distance over the dimensions,
+        plus PITCH_COST for each buffer whose rows are on 32-byte sectors at one and not the
+        other."""
+        d = sum(abs(math.log(a) - math.log(b)) for a, b in zip(entry["size"], size))
+        here, there = self.pitches(size), self.pitches(entry["size"])
+        return d + PITCH_COST * sum(1 for b, v in here.items()
+                                    if v is not None and there.get(b) not in (None, v))
+
     def ranked(self, size):
-        """The tuned entries, the one tuned at the nearest size (log distance) first."""
-        return sorted(self.table, key=lambda e: sum(abs(math.log(a) - math.log(b))
-                                                    for a, b in zip(e["size"], size)))
+        """The tuned entries, the one tuned at the nearest size (`distance`) first."""
+        return sorted(self.table, key=lambda e: self.distance(e, size))
 
     def select(self, size):
         """The tuned entry to run at `size`: the nearest tuned size whose configuration is legal
