@@ -36,6 +36,10 @@
 #   bash benchmarks/device_runs.sh ring          gemm_wgmma's EPI=5 (the epilogue staged in the
 #                                                ring: a stage more) - its GPU tests, then probed
 #                                                against EPI=3 at the weak shapes (~200 s)
+#   bash benchmarks/device_runs.sh prefetch      gemm_wgmma with the tensor maps' descriptors
+#                                                prefetched at entry (DEV_EARLY_PREFETCH=1)
+#                                                against after the start barrier, two passes of
+#                                                gemm_probe_early_prefetch.json (~120 s)
 # Several at once: bash benchmarks/device_runs.sh sweep=visitN fp8 (each step has its timeout).
 # BUDGET_S=N: the steps share N seconds (the call's limit): each step's timeout is cut to what is
 # left, and a step with under half its usual time left is skipped (partial results still land:
@@ -62,7 +66,7 @@ picks_where() {
 PASSED=/tmp/gpu_tests_passed
 PP_CASES="test_gpu_gemm_fp8 and scaling_mode and PINGPONG"
 NEW_CASES="test_gpu_gemm_fp8 and (PINGPONG or e5m2 or PSETS or BN160)"
-declare -A NEED=([fp8]=240 [tests]=330 [quick]=120 [e5m2]=100 [promo]=220 [probe]=220 [rate]=30 [fp8p]=90 [trace]=150 [ring]=200)
+declare -A NEED=([fp8]=240 [tests]=330 [quick]=120 [e5m2]=100 [promo]=220 [probe]=220 [rate]=30 [fp8p]=90 [trace]=150 [ring]=200 [prefetch]=150)
 WEAK=1000x3000x1000,3000x5000x1000,1536x1536x1536,7000x9000x3000,3000x4000x4104
 while [ $# -gt 0 ]; do
   step=$1; shift
@@ -144,11 +148,17 @@ while [ $# -gt 0 ]; do
       timeout $(cap 200) python3 benchmarks/gemm_probe.py --out "$OUT/ring" \
         --probes benchmarks/gemm_probe_ring_epi5.json 2>&1 | tail -24
       echo "ring probe rc ${PIPESTATUS[0]}" ;;
+    prefetch)
+      for pass in 1 2; do
+        timeout $(cap 75) python3 benchmarks/gemm_probe.py --out "$OUT/prefetch_$pass" \
+          --probes benchmarks/gemm_probe_early_prefetch.json 2>&1 | tail -14
+        echo "prefetch pass $pass rc ${PIPESTATUS[0]}"
+      done ;;
     probe)
       timeout $(cap 220) python3 benchmarks/gemm_probe.py --out "$OUT/probe" \
         --probes benchmarks/gemm_probe_vendor_tiles.json 2>&1 | tail -30
       echo "probe rc ${PIPESTATUS[0]}" ;;
-    *) echo "unknown step $step (sweep=LABEL, fp8, fp8p, tests, quick, probe, promo, e5m2, rate, trace, ring)"; exit 2 ;;
+    *) echo "unknown step $step (sweep=LABEL, fp8, fp8p, tests, quick, probe, promo, e5m2, rate, trace, ring, prefetch)"; exit 2 ;;
   esac
   date
 done
