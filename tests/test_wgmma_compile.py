@@ -285,3 +285,26 @@ def test_compiles_for_sm90a_without_spills(cache, config):
     assert "C7508" not in res.log and "ignored" not in res.log.lower(), res.log
     assert "serialized" not in res.log, res.log      # ptxas's wgmma serialization warning
     assert res.cubin_path and open(res.cubin_path, "rb").read(4) == b"\x7fELF"
+
+
+def test_early_prefetch_fetches_the_descriptors_before_the_start_barrier():
+    """DEV_EARLY_PREFETCH=1 (a development A/B, benchmarks/gemm_probe_early_prefetch.json): the
+    tensor maps' prefetches come before the barriers' initialization and the cluster's start
+    barrier in the PTX; without it (every searched configuration) after them."""
+    from porter.build.compile import _nvrtc_compile, options_for
+    tpl = find_template("gemm_wgmma")
+    cfg = tpl.complete(dict(BM=128, BN=200, STAGES=4, CONSUMERS=2, GROUP_M=4, PERSIST=0,
+                            CLUSTER=4, EPI=3))
+
+    def order(early):
+        ok, log, ptx = _nvrtc_compile(tpl.source, "gemm_wgmma.cu", options_for(
+            tpl, {**cfg, "DEV_EARLY_PREFETCH": early}, SM90A), output="ptx")
+        assert ok, log[-2000:]
+        lines = ptx.decode().splitlines()
+        first = lambda s: next(i for i, x in enumerate(lines) if s in x)  # noqa: E731
+        pre = [i for i, x in enumerate(lines) if "prefetch.tensormap" in x]
+        return pre, first("mbarrier.init"), first("barrier.cluster.arrive")
+    pre, init, sync = order(1)
+    assert len(pre) == 3 and max(pre) < init < sync          # A, B and C (EPI 3)
+    pre, init, sync = order(0)
+    assert len(pre) == 3 and min(pre) > sync
