@@ -17,6 +17,7 @@ from porter.job.hooks import JobHooks, PoolCompiles
 from porter.job.jobs import make_spec, template_record, template_snapshot
 from porter.job.loop import Engine, finish_job
 from porter.measure.backends.gpu import GpuBackend
+from porter.search.vendor import vendor_seed
 from porter.search.warm import Tuned, seeds_for
 from porter.spec.arch import get_arch
 from porter.spec.template import find_template, load_template
@@ -87,9 +88,11 @@ class Converged(JobHooks):
         return signal
 
 
-def sweep_seeds(tpl, arch, shape, tuned: list[Tuned]) -> list[dict]:
+def sweep_seeds(tpl, arch, shape, tuned: list[Tuned], vendor_kernels=()) -> list[dict]:
     """The warm start of one shape: N_SEEDS configurations (porter.search.warm.seeds_for with
-    the sweep's policy), each feasible at that shape on `arch`."""
+    the sweep's policy), each feasible at that shape on `arch`; with `vendor_kernels` (the
+    kernel names cuBLAS ran for this shape) the vendor's tile, stages and cluster on the best
+    seed (porter.search.vendor) come second, repaired, in place of the last seed."""
     shape = tuple(shape)
 
     def feasible(cfg, size=None):
@@ -97,9 +100,14 @@ def sweep_seeds(tpl, arch, shape, tuned: list[Tuned]) -> list[dict]:
 
     def cost(cfg):
         return tpl.wave_cost(cfg, arch, shape)
-    return seeds_for(shape, tuned, tpl.params, feasible, N_SEEDS, vary=VARY, n_vary=N_VARY,
-                     align=ALIGN, cost=cost, wave_vary=WAVE_VARY, n_wave=N_WAVE,
-                     feasible_at=feasible)
+    seeds = seeds_for(shape, tuned, tpl.params, feasible, N_SEEDS, vary=VARY, n_vary=N_VARY,
+                      align=ALIGN, cost=cost, wave_vary=WAVE_VARY, n_wave=N_WAVE,
+                      feasible_at=feasible)
+    v = vendor_seed(vendor_kernels, seeds[0], tpl.params, feasible) \
+        if seeds and vendor_kernels else None
+    if v is not None and tpl.config_key(v) not in {tpl.config_key(c) for c in seeds}:
+        seeds = [seeds[0], v, *seeds[1:]][:N_SEEDS]
+    return seeds
 
 
 def pick_finalists(measured, top: int = FINALISTS, distinct: int = N_DISTINCT,
@@ -134,10 +142,12 @@ class SweepPorter:
 
     def __init__(self, store, trials: int, min_trials: int, patience: int,
                  include_dir: str | None = None, backends=None,
-                 compiles: SharedPool | None = None):
+                 compiles: SharedPool | None = None, vendor: dict | None = None):
         """compiles: the pool every shape's job compiles in (shared_compiles); None: each job
-        makes its own of COMPILE_WORKERS processes."""
+        makes its own of COMPILE_WORKERS processes. vendor: the kernel names cuBLAS ran, by
+        shape (vendor_kernels), for the vendor's seed."""
         self.store, self.trials, self.compiles = store, trials, compiles
+        self.vendor = vendor or {}
         self.min_trials, self.patience = min_trials, patience
         self.include_dir = include_dir
         self.tpl = template(include_dir)
@@ -158,7 +168,7 @@ class SweepPorter:
         self.retime_be.close()
 
     def seeds(self, shape, tuned: list[Tuned]) -> list[dict]:
-        return sweep_seeds(self.tpl, self.arch, shape, tuned)
+        return sweep_seeds(self.tpl, self.arch, shape, tuned, self.vendor.get(tuple(shape), ()))
 
     def precompile(self, configs: list[dict], pool: SharedPool) -> float:
         """Compiles configurations ahead in the sweep's pool (the compile cache serves every
@@ -236,7 +246,8 @@ class SweepPorter:
                f"{ALIGN}) + {N_WAVE} wave fits along {','.join(WAVE_VARY)} + {N_VARY} "
                f"neighbours along {','.join(VARY)}",
                "finalist_policy": f"{FINALISTS} fastest + up to {N_DISTINCT} of another "
-               f"structure within {NEAR:.0%}", **found,
+               f"structure within {NEAR:.0%}",
+               "vendor_kernels": list(self.vendor.get(tuple(shape), ())), **found,
                "retime_seconds": round(time.monotonic() - t0, 2)}
         if res is None:
             rec.update(params=None, ratio=None, note="no configuration measured")

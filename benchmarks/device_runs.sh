@@ -9,7 +9,10 @@
 #                                                M1xN1xK1,... re-ports those instead (the weak
 #                                                ones among them searched longer), SWEEP_S=N
 #                                                gives the step N seconds (default 250),
-#                                                SWEEP_ANY_GPU=1 runs it on another GPU too
+#                                                SWEEP_ANY_GPU=1 runs it on another GPU too;
+#                                                cuBLAS's kernels for the shapes are read first
+#                                                (baseline_kernels.py) and their tiles seeded
+#                                                (SWEEP_VENDOR=0: not)
 #   bash benchmarks/device_runs.sh fp8           gemm_fp8's ping-pong GPU cases first (their
 #                                                picks are left out if they fail), then the final
 #                                                over gemm_fp8_picks.json (~80 s on an H100,
@@ -83,9 +86,18 @@ while [ $# -gt 0 ]; do
         if [ -z "$SWEEP_ANY_GPU" ]; then echo "sweep: not an H200, skipped"; continue; fi
         src="--warm-from benchmarks/results/gemm_sweep_h200.json"
       fi
+      # the kernels cuBLAS runs for these shapes: their tiles are a seed each (SWEEP_VENDOR=0:
+      # none, the warm start as before)
+      vendor=""
+      if [ "${SWEEP_VENDOR:-1}" != 0 ]; then
+        timeout $(cap 60) python3 benchmarks/baseline_kernels.py --out "$OUT/vendor" --no-fp8 \
+          --bf16 ${SWEEP_SHAPES:-$WEAK} 2>&1 | tail -3
+        [ -f "$OUT/vendor/baseline_kernels.json" ] && \
+          vendor="--vendor-kernels $OUT/vendor/baseline_kernels.json"
+      fi
       ss=${SWEEP_S:-250}
       timeout $(cap $ss) python3 benchmarks/gemm_sweep.py --out "$OUT/sweep" --db /tmp/sweep.db \
-        --label "$label" $src \
+        --label "$label" $src $vendor \
         --shapes ${SWEEP_SHAPES:-$WEAK} --deep $WEAK --deep-min-trials 45 \
         --deadline-s $((ss - 130)) 2>&1 | tail -30
       echo "sweep rc ${PIPESTATUS[0]}" ;;

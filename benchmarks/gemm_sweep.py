@@ -8,6 +8,7 @@ torch.matmul, an L2 flush before every repeat) in the same process on the same G
                                     [--deep SHAPES] [--merge OLD.json] [--deadline-s 300]
                                     [--include COPY_OF_PORTER_INCLUDE] [--db FILE]
                                     [--warm-from OTHER_GPUS_RESULTS.json]
+                                    [--vendor-kernels BASELINE_KERNELS.json]
     python benchmarks/gemm_sweep.py --plan       # no GPU: the shapes and their warm seeds
     python benchmarks/gemm_sweep.py --seed-check RESULTS.json   # no GPU: the warm start
                                                  # replayed on a results file's shapes
@@ -132,6 +133,13 @@ def sweep_tuned(rec: dict, tpl=None) -> Tuned | None:
     return Tuned(tuple(rec["shape"]), tuple(cfgs), "sweep", rec.get("ratio")) if cfgs else None
 
 
+def vendor_kernels(path) -> dict[tuple, list[str]]:
+    """The kernel names cuBLAS ran for each bf16 shape, from benchmarks/baseline_kernels.py's
+    file (the vendor's seed, porter.search.vendor)."""
+    return {tuple(r["shape"]): list(r["kernels"])
+            for r in json.loads(Path(path).read_text())["records"] if r.get("op") == "gemm_bf16"}
+
+
 def record_sources(records) -> list[Tuned]:
     """A results file's records as warm-start sources (those with a usable configuration)."""
     return [t for t in map(sweep_tuned, records) if t]
@@ -194,8 +202,9 @@ def plan(args) -> None:
     # as a run would: the merged file's shapes are sources too
     tuned += record_sources(json.loads(Path(args.merge).read_text())["records"]) \
         if args.merge else []
+    vendor = vendor_kernels(args.vendor_kernels) if args.vendor_kernels else {}
     for cat, *shape in shapes:
-        seeds = sweep_seeds(tpl, arch, shape, tuned)
+        seeds = sweep_seeds(tpl, arch, shape, tuned, vendor.get(tuple(shape), ()))
         print(f"{cat:12s} {'x'.join(map(str, shape)):>18s} {len(seeds):2d} seeds:")
         for c in seeds:
             print("    " + tpl.config_key(c))
@@ -262,6 +271,9 @@ def main(argv=None):
                     help="a sweep's results on another GPU: its shapes (the same shape "
                          "included) are warm-start sources, as a port to a new GPU would use")
     ap.add_argument("--db", default=None, help="the jobs' database (default: OUT/sweep.db)")
+    ap.add_argument("--vendor-kernels", default=None, metavar="BASELINE_KERNELS",
+                    help="benchmarks/baseline_kernels.py's file: the tile, stages and cluster "
+                         "of the kernel cuBLAS ran for a shape become its second seed")
     ap.add_argument("--include", default=None,
                     help="compile against this copy of porter/include (e.g. one taken from a "
                          "commit with git archive) instead of the working tree's")
@@ -294,7 +306,9 @@ def main(argv=None):
     records, skipped = [], []
     with shared_compiles() as pool:
         porter = SweepPorter(open_store(f"sqlite:///{args.db or out / 'sweep.db'}"), args.trials,
-                             args.min_trials, args.patience, args.include, compiles=pool)
+                             args.min_trials, args.patience, args.include, compiles=pool,
+                             vendor=vendor_kernels(args.vendor_kernels)
+                             if args.vendor_kernels else None)
         seeds = {tuple(s[1:]): porter.seeds(s[1:], tuned) for s in shapes}
         pre = porter.precompile([c for v in seeds.values() for c in v], pool)
         print(f"precompiled the warm seeds in {pre:.1f} s", flush=True)

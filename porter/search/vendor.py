@@ -1,0 +1,61 @@
+"""A seed from the vendor library's own choice. cuBLAS and cuBLASLt name their Hopper GEMM
+kernels after the tile, the k-step and stages, and the cluster they run:
+`nvjet_sm90_tst_200x128_64x5_1x4_h_bz_coopA_TNN` is a 200 x 128 tile in cuBLAS's column-major
+view (for torch's row-major `a @ b.t()`: 128 rows of C by 200 columns), 64-wide k-steps, 5
+stages, clusters of 1 x 4 (4 CTAs along C's rows). Where a port's nearest tuned shapes miss the
+structure the vendor picked for this shape (at 1000x3000x1000 a 128 x 200 tile in clusters of
+4, which no warm seed had on an H100 and which read 0.979 of cuBLAS there against the port's
+0.951), the vendor's choice, put into the template's terms, is one seed more.
+
+Nothing here runs a GPU: the caller gets the kernel names (benchmarks/baseline_kernels.py takes
+them from torch's profiler) and repairs the seed into the shape's feasible set."""
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from porter.search.warm import repair
+
+KEEP = ("BM", "BN", "CLUSTER")   # what a repair of the vendor's seed tries to keep first
+
+NVJET = re.compile(r"nvjet_sm\d+a?_\w+?_(\d+)x(\d+)_(\d+)x(\d+)_(\d+)x(\d+)_")
+
+
+def nvjet_tile(name: str) -> dict | None:
+    """The tile (BM rows, BN columns of a row-major C = A B^T), BK, STAGES and CLUSTER (CTAs a
+    cluster) an nvjet kernel name encodes; None for another kernel (a reduction, a memset)."""
+    m = NVJET.search(name)
+    if m is None:
+        return None
+    cols, rows, bk, stages, cn, cm = map(int, m.groups())
+    return {"BM": rows, "BN": cols, "BK": bk, "STAGES": stages, "CLUSTER": cn * cm}
+
+
+def vendor_seed(kernels: Iterable[str], base: Mapping[str, Any],
+                params: Mapping[str, Sequence],
+                feasible: Callable[[dict], bool] | None = None) -> dict | None:
+    """`base` (a whole configuration, say the nearest tuned shape's best) with the tile, k-step,
+    stages and cluster of the first nvjet kernel among `kernels`, each set to the nearest value
+    the template offers (ties to the smaller); parameters the template lacks are left out.
+    None without an nvjet kernel. With `feasible`, a configuration it accepts or None: the
+    vendor's stages, or else the most that fit below them (the template's epilogue may take
+    shared memory the vendor's does not), with one other parameter changed at most, then two
+    (KEEP and the stages kept); else repaired keeping KEEP; else repaired."""
+    tile = next((t for k in kernels if (t := nvjet_tile(k)) is not None), None)
+    if tile is None:
+        return None
+    cfg = dict(base)
+    for p, v in tile.items():
+        values = [x for x in params.get(p, ()) if isinstance(x, int)]
+        if values and p in cfg:
+            cfg[p] = min(values, key=lambda x: (abs(x - v), x))
+    if feasible is None or feasible(dict(cfg)):
+        return cfg
+    stages = sorted((x for x in params.get("STAGES", ()) if x <= cfg.get("STAGES", 0)),
+                    reverse=True)
+    for changes in (1, 2):
+        for s in stages:
+            fixed = repair({**cfg, "STAGES": s}, params, feasible, changes, keep=(*KEEP, "STAGES"))
+            if fixed is not None:
+                return fixed
+    return repair(cfg, params, feasible, keep=KEEP) or repair(cfg, params, feasible)
