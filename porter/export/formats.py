@@ -20,9 +20,38 @@ def _cc(arch: str) -> int:
 
 # ---- header ---------------------------------------------------------------------------------
 
+def _pitch_terms(tpl: Template, dims: list[str]) -> list[str]:
+    """C terms, one per buffer a tensor map reads or writes: 1 where its row pitch is on 32-byte
+    sectors at the row's size (e->M, ...) and off them at the asked size, or the other way
+    round (runtime_py.PITCH_COST's rule, in the header's lookup); buffers whose row length is
+    not an expression of the sizes are left out."""
+    from porter.export.cexpr import to_c
+    from porter.export.opargs import map_dtypes, op_args
+    from porter.spec.expr import Expr
+    try:
+        buffers, sizes = op_args(tpl).buffers, map_dtypes(tpl)
+    except PorterError:
+        return []
+    terms, seen = [], set()
+    for tm, (_, _, _, nbytes) in zip(tpl.tensor_maps, sizes):
+        if tm.buffer in seen or tm.buffer not in buffers:
+            continue
+        seen.add(tm.buffer)
+        cols = str(buffers[tm.buffer][-1])
+        try:
+            here = to_c(Expr(cols), {}, {d: d for d in dims})
+            there = to_c(Expr(cols), {}, {d: f"e->{d}" for d in dims})
+        except PorterError:
+            continue
+        terms.append(f"(({here} * {nbytes}LL % 32 == 0) != ({there} * {nbytes}LL % 32 == 0))")
+    return terms
+
+
 def header(tpl: Template, by_arch: dict[str, list[dict]]) -> str:
     """A C header: one row per (architecture, size) and a lookup that takes the running
-    architecture (e.g. 90) and the problem size and returns the nearest tuned row."""
+    architecture (e.g. 90) and the problem size and returns the nearest tuned row: the sum of
+    relative differences, plus half (a doubling's worth) for each tensor-mapped buffer whose
+    row pitch is on 32-byte sectors at one size and not the other (`_pitch_terms`)."""
     n = tpl.name
     guard = f"PORTER_{n.upper()}_TUNED_H"
     names = list(tpl.params)
@@ -43,13 +72,15 @@ def header(tpl: Template, by_arch: dict[str, list[dict]]) -> str:
             out.append(f"  {{{_cc(arch)}, {', '.join(map(str, r['size']))}, {vals}}},{note}")
             count += 1
     args = ", ".join(f"long long {d}" for d in dims)
-    dist = " + ".join(f"{n}_reldiff(e->{d}, {d})" for d in dims)
+    dist = " + ".join([f"{n}_reldiff(e->{d}, {d})" for d in dims]
+                      + [f"0.5 * {t}" for t in _pitch_terms(tpl, dims)])
     out += ["};", f"static const int {n}_table_len = {count};", "",
             f"static inline double {n}_reldiff(long long a, long long b) {{",
             "  double d = (double)(a > b ? a - b : b - a);",
             "  return d / (double)(a > b ? a : b);", "}", "",
             "// The row for this architecture (or, failing that, the newest one below it) whose",
-            "// size is nearest (sum of relative differences); NULL if none fits.",
+            "// size is nearest (sum of relative differences, plus 0.5 for each buffer whose rows",
+            "// are on 32-byte sectors at one size and not the other); NULL if none fits.",
             f"static inline const struct {n}_config* {n}_lookup(int arch, {args}) {{",
             f"  const struct {n}_config* best = 0;",
             "  double best_d = 1e300; int best_arch = -1;",
