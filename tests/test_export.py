@@ -139,25 +139,31 @@ def test_python_module_dispatches_to_the_nearest_size(job, tmp_path):
     assert (grid, block, smem) == (want.grid, want.block, want.smem)
 
 
-def test_header_lookup_in_c(job, tmp_path):
+def run_c(folder: Path, header_name: str, body: str) -> list[str]:
+    """A C99 program that includes `header_name` (in `folder`) and runs `body` in main, built
+    with cc -Wall -Werror and run; its printed words. Skips the test where there is no cc."""
     import shutil
     import subprocess
+    if not shutil.which("cc"):
+        pytest.skip("no C compiler to check the header's lookup")
+    (folder / "main.c").write_text(f'#include "{header_name}"\n#include <stdio.h>\n'
+                                   f"int main(void) {{\n{body}  return 0;\n}}\n")
+    subprocess.run(["cc", "-std=c99", "-Wall", "-Werror", "-o", str(folder / "main"),
+                    str(folder / "main.c")], check=True, cwd=folder)
+    out = subprocess.run([str(folder / "main")], capture_output=True, text=True, check=True)
+    return out.stdout.split()
+
+
+def test_header_lookup_in_c(job, tmp_path):
     store, job_id = job
     h = next(p for p in export(store, job_id, "header", tmp_path) if p.suffix == ".h")
     text = h.read_text()
     assert "gemm_mma_lookup" in text and "{90, 4096, 4096, 4096," in text
     assert "{80, 4096, 4096, 4096," in text      # the compile-only sm_80 job's row
-    if not shutil.which("cc"):
-        pytest.skip("no C compiler to check the header's lookup")
-    (tmp_path / "main.c").write_text(
-        f'#include "{h.name}"\n#include <stdio.h>\nint main(void) {{\n'
-        "  const struct gemm_mma_config* c = gemm_mma_lookup(90, 8000, 8000, 8000);\n"
-        "  const struct gemm_mma_config* d = gemm_mma_lookup(89, 4096, 4096, 4096);\n"
-        '  printf("%d %lld %d\\n", c->arch, c->M, d->arch);\n  return 0;\n}\n')
-    subprocess.run(["cc", "-std=c99", "-Wall", "-Werror", "-o", str(tmp_path / "main"),
-                    str(tmp_path / "main.c")], check=True, cwd=tmp_path)
-    out = subprocess.run([str(tmp_path / "main")], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["90", "8192", "80"]
+    assert run_c(tmp_path, h.name,
+                 "  const struct gemm_mma_config* c = gemm_mma_lookup(90, 8000, 8000, 8000);\n"
+                 "  const struct gemm_mma_config* d = gemm_mma_lookup(89, 4096, 4096, 4096);\n"
+                 '  printf("%d %lld %d\\n", c->arch, c->M, d->arch);\n') == ["90", "8192", "80"]
 
 
 def test_fatbin_holds_every_architecture(job, tmp_path):

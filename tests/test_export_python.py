@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from test_export import _load_module
+from test_export import _load_module, run_c
 
 
 def _module(tmp_path, rows, template="gemm_wgmma"):
@@ -88,9 +88,6 @@ def test_an_untuned_size_takes_the_tuned_one_of_its_row_pitch(tmp_path):
 def test_header_lookup_weighs_the_row_pitch_too(tmp_path):
     """The header's C lookup (sum of relative differences) adds 0.5 for each buffer whose
     rows are on 32-byte sectors at one size and not the other: K = 1000 runs K = 1000's row."""
-    import shutil
-    import subprocess
-
     from porter.export.formats import header
     from porter.spec.template import find_template
     tpl = find_template("gemm_wgmma")
@@ -99,14 +96,7 @@ def test_header_lookup_weighs_the_row_pitch_too(tmp_path):
         {"size": [3072, 5120, 1024], "params": {**default, "CLUSTER": 1}},
         {"size": [1000, 3000, 1000], "params": {**default, "CLUSTER": 2}}]})
     assert "0.5 * (((long long)N * 2LL % 32 == 0) != ((long long)e->N * 2LL % 32 == 0))" in text
-    if not shutil.which("cc"):
-        pytest.skip("no C compiler to check the header's lookup")
     (tmp_path / "k.h").write_text(text)
-    (tmp_path / "main.c").write_text(
-        '#include "k.h"\n#include <stdio.h>\nint main(void) {\n'
-        "  printf(\"%lld %lld\\n\", gemm_wgmma_lookup(90, 3000, 5000, 1000)->K,\n"
-        "         gemm_wgmma_lookup(90, 3000, 5000, 1024)->K);\n  return 0;\n}\n")
-    subprocess.run(["cc", "-std=c99", "-Wall", "-Werror", "-o", str(tmp_path / "main"),
-                    str(tmp_path / "main.c")], check=True, cwd=tmp_path)
-    out = subprocess.run([str(tmp_path / "main")], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["1000", "1024"]
+    assert run_c(tmp_path, "k.h",
+                 '  printf("%lld %lld\\n", gemm_wgmma_lookup(90, 3000, 5000, 1000)->K,\n'
+                 "         gemm_wgmma_lookup(90, 3000, 5000, 1024)->K);\n") == ["1000", "1024"]
