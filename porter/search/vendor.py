@@ -8,7 +8,7 @@ structure the vendor picked for this shape (at 1000x3000x1000 a 128 x 200 tile i
 0.951), the vendor's choice, put into the template's terms, is one seed more.
 
 Nothing here runs a GPU: the caller gets the kernel names (benchmarks/baseline_kernels.py takes
-them from torch's profiler) and repairs the seed into the shape's feasible set."""
+them from torch's profiler) and passes the shape's static check, which the seed is fitted to."""
 from __future__ import annotations
 
 import re
