@@ -13,6 +13,7 @@ from porter.errors import PorterError
 from porter.export.cexpr import C_HELPERS, to_c
 from porter.export.fmt_cu_main import main_program
 from porter.export.opargs import OpArgs, map_dtypes, op_args
+from porter.export.runtime_py import SECTOR
 from porter.spec.arch import Arch, get_arch
 from porter.spec.template import INCLUDE_DIR, Template
 
@@ -237,7 +238,7 @@ def _tensor_map_code(tpl: Template, ops: OpArgs, c) -> str:
                      strides, box, elem, 0 /* no interleave */,
                      {_SWIZZLE[tm.swizzle]} /* swizzle {tm.swizzle} B */,
                      /* L2 promotion: none where the pitch is off 32-byte sectors, else 256 B */
-                     strides[0] % 32ULL ? 0 : 3, 0 /* out-of-bounds: zeros */);
+                     strides[0] % {SECTOR}ULL ? 0 : 3, 0 /* out-of-bounds: zeros */);
       if (r != 0) return cudaErrorInvalidValue;
     }}
   }}""")

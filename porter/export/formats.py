@@ -27,6 +27,7 @@ def _pitch_terms(tpl: Template, dims: list[str]) -> list[str]:
     not an expression of the sizes are left out."""
     from porter.export.cexpr import to_c
     from porter.export.opargs import map_dtypes, op_args
+    from porter.export.runtime_py import SECTOR
     from porter.spec.expr import Expr
     try:
         buffers, sizes = op_args(tpl).buffers, map_dtypes(tpl)
@@ -43,7 +44,8 @@ def _pitch_terms(tpl: Template, dims: list[str]) -> list[str]:
             there = to_c(Expr(cols), {}, {d: f"e->{d}" for d in dims})
         except PorterError:
             continue
-        terms.append(f"(({here} * {nbytes}LL % 32 == 0) != ({there} * {nbytes}LL % 32 == 0))")
+        terms.append(f"(({here} * {nbytes}LL % {SECTOR} == 0) != "
+                     f"({there} * {nbytes}LL % {SECTOR} == 0))")
     return terms
 
 

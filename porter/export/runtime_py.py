@@ -33,6 +33,7 @@ _DTYPE_ALIASES = {"bfloat16": "bf16", "fp16": "float16", "half": "float16", "fp3
                   "fp8_e4m3": "e4m3", "float8_e4m3fn": "e4m3", "fp8_e5m2": "e5m2",
                   "float8_e5m2": "e5m2"}
 _SWIZZLE_NAMES = {0: "NONE", 32: "32B", 64: "64B", 128: "128B"}
+SECTOR = 32   # bytes: a row pitch off this multiple gets no L2 promotion (l2_promotion_for)
 # what choosing a tuned size costs, in `ranked`'s units (natural log of the size ratio), for each
 # buffer whose row pitch is on 32-byte sectors at one size and off them at the other: tiles
 # without a cluster, the aligned sizes' answer, ran 9-30 % slower where rows are off sectors
@@ -57,7 +58,7 @@ def l2_promotion_for(strides):
     pitch is off 32-byte sectors (a box row then spans five sectors and two lines, and promoting
     each miss to 256 bytes costs 5-12 % at bf16 K = 1000, 3000, 4104 on an H100,
     gemm_probe_l2_promotion_h100.json), else 256 bytes (the same speed as none where aligned)."""
-    return "NONE" if any(int(s) % 32 for s in strides) else "L2_256B"
+    return "NONE" if any(int(s) % SECTOR for s in strides) else "L2_256B"
 
 
 def tiled_args(ptr, dims, box, swizzle, dtype="bf16"):

@@ -49,7 +49,7 @@ def vendor_seed(kernels: Iterable[str], base: Mapping[str, Any],
         values = [x for x in params.get(p, ()) if isinstance(x, int)]
         if values and p in cfg:
             cfg[p] = min(values, key=lambda x: (abs(x - v), x))
-    if feasible is None or feasible(dict(cfg)):
+    if feasible is None:
         return cfg
     stages = sorted((x for x in params.get("STAGES", ()) if x <= cfg.get("STAGES", 0)),
                     reverse=True)
