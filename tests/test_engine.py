@@ -205,6 +205,55 @@ def test_ctrl_c_interrupts_with_resume_hint(tmp_path):
     assert len({t.config_key for t in trials}) == 20
 
 
+def test_ctrl_c_inside_a_write_still_finishes_the_job(tmp_path, monkeypatch):
+    """Ctrl-C that lands between a write and its commit leaves that connection, its
+    transaction open, in the interrupted frames; on SQLite its write lock would stop the job's
+    final status (the job loop once waited out the busy timeout and every retry). The job is
+    still marked `interrupted`, at once, and the lock is gone."""
+    import time
+    from sqlalchemy import text
+    import db.engine
+    import db.store
+    from porter.job.hooks import JobHooks
+    from porter.errors import StoreError
+    monkeypatch.setenv("PORTER_CACHE_DIR", str(tmp_path / "cache"))
+    for module in (db.engine, db.store):    # the store's engine and Optuna's
+        monkeypatch.setattr(module, "SQLITE_BUSY_SECONDS", 2.0)
+    store = open_store(f"sqlite:///{tmp_path / 'p.db'}")
+    _, tpl, _ = make_spec(str(PLANTED), "sm_90a")
+    rec = _fake_recording(tmp_path, tpl, [({"MODE": m, "THREADS": t}, "measured")
+                                          for m in range(4) for t in (128, 256)])
+    spec, tpl, arch = make_spec(str(PLANTED), "sm_90a", trials=8, backend="replay",
+                                replay=str(rec))
+    job = new_job(store, spec, tpl)
+
+    class InterruptedMidWrite(ReplayBackend):
+        calls = 0
+
+        def measure(self, *a, **k):
+            InterruptedMidWrite.calls += 1
+            if InterruptedMidWrite.calls == 3:
+                conn = store._engine.connect()
+                conn.begin()
+                conn.execute(text("UPDATE porter_jobs SET message = 'half' WHERE id = :i"),
+                             {"i": job})
+                raise KeyboardInterrupt     # before the commit; `conn` stays in this frame
+            return super().measure(*a, **k)
+
+    hooks = JobHooks()
+    hooks.db_retry_s = 1.0
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        try:
+            Engine(store, tpl, arch, InterruptedMidWrite(rec), hooks=hooks).run(job, spec)
+        except StoreError as e:    # the lock outlived the retries
+            pytest.fail(f"the job's final status was not written: {e}")
+    assert time.monotonic() - t0 < 10
+    j = store.get_job(job)
+    assert j.status == "interrupted" and j.message != "half"
+    assert len(store.trials(job)) == 2
+
+
 def test_a_refused_driver_connection_is_transient_and_a_bad_query_is_not():
     """A driver's own psycopg connection (the ask lock's) refused during a database restart is
     retried like the store's; a constraint violation is not."""

@@ -24,6 +24,7 @@ One definition of each rule, here:
 from __future__ import annotations
 
 import dataclasses
+import gc
 import logging
 import time
 from dataclasses import dataclass, field
@@ -92,13 +93,11 @@ def run_job(store: Store, job_id: int, spec: JobSpec, tpl: Template, arch: Arch,
     if not lent:
         compiles = compiles_for(backend.needs_compile, compile_workers)
     status, message = "failed", ""
+    interrupted = False
     try:
         status = run.loop(compiles, [*warm_start, *tpl.start_configs()], prior)
     except KeyboardInterrupt:
-        run.abandon()
-        finish_job(store, job_id, "interrupted", f"interrupted; resume with --resume {job_id}",
-                   run.hooks.db_retry_s)
-        raise
+        interrupted = True
     except Exception as e:  # noqa: BLE001 - whatever stops the job is its recorded reason
         log.warning("job %s failed: %s", job_id, e, exc_info=True)
         run.abandon()
@@ -106,6 +105,16 @@ def run_job(store: Store, job_id: int, spec: JobSpec, tpl: Template, arch: Arch,
     finally:
         release_compiles(compiles, lent)
         run.hooks.stop()
+    if interrupted:
+        # Ctrl-C can land between a write and its commit (inside a transaction's exit, say):
+        # the interrupted frames then keep that connection, its transaction open, for as long
+        # as the traceback lives, and on SQLite its write lock stops every write below. Out of
+        # the handler the traceback is gone; collected, the connection rolls back.
+        gc.collect()
+        run.abandon()
+        finish_job(store, job_id, "interrupted", f"interrupted; resume with --resume {job_id}",
+                   run.hooks.db_retry_s)
+        raise KeyboardInterrupt
     s = run.summary
     s.best = run.best
     s.wall_s = time.monotonic() - run.t0
