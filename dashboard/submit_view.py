@@ -59,6 +59,8 @@ def port_command(spec, db: str) -> list[str]:
         cmd += ["--from-arch", spec.from_arch]
     if spec.fresh:
         cmd += ["--fresh"]
+    if spec.cold:
+        cmd += ["--cold"]
     return cmd
 
 

@@ -143,13 +143,16 @@ def port(template: str, arch: str, sizes: Iterable | str | None = None,
          seed: int = 0, backend: str = "gpu", replay: str | Path | None = None,
          from_arch: str | None = None, from_job: int | None = None, resume: int | None = None,
          workers: int | None = None, db: str | None = None, templates_dir=None,
-         progress: bool = True, console=None, fresh: bool = False, **options) -> Job:
+         progress: bool = True, console=None, fresh: bool = False, cold: bool = False,
+         **options) -> Job:
     """Runs a porting job here and now (like `porter port`) and returns it when it ends.
     template: a name or a template folder; sizes: '4096x4096x4096', a tuple, or a list of
     either; backend: gpu, compile-only or replay (with replay=FILE). progress=False keeps it
     quiet; `console` may be a rich Console to print to. fresh=True measures every
     configuration again instead of reusing earlier jobs' measurements of the same template
-    snapshot, architecture, GPU, sizes and harness (porter.job.cache). Further options (e.g.
+    snapshot, architecture, GPU, sizes and harness (porter.job.cache). cold=True starts from
+    the template's own seeds only, not from the nearest sizes its earlier jobs tuned on the
+    architecture (porter.job.run.near_size_configs). Further options (e.g.
     trust_template_code=True) go to the engine's port_here as keywords."""
     from rich.console import Console
     from porter.job.run import port_here
@@ -157,7 +160,7 @@ def port(template: str, arch: str, sizes: Iterable | str | None = None,
     job_id, summary = port_here(template, arch, _sizes(sizes), trials, minutes, sampler, seed,
                                 backend, str(replay) if replay else None, from_arch, from_job,
                                 resume, workers, db, _dirs(templates_dir), console,
-                                fresh=fresh, **options)
+                                fresh=fresh, cold=cold, **options)
     return Job(job_id, db, summary)
 
 
@@ -165,14 +168,16 @@ def submit(template: str, arch: str, sizes: Iterable | str | None = None,
            trials: int | None = None, minutes: float | None = None, *, sampler: str = "auto",
            seed: int = 0, backend: str = "gpu", replay: str | Path | None = None,
            from_arch: str | None = None, from_job: int | None = None, db: str | None = None,
-           templates_dir=None, fresh: bool = False) -> Job:
+           templates_dir=None, fresh: bool = False, cold: bool = False) -> Job:
     """Records a job and queues it for the service's workers (like `porter submit`); returns
-    it at once (`.wait()` follows it). fresh=True: measure everything again (see port)."""
+    it at once (`.wait()` follows it). fresh=True: measure everything again; cold=True: no
+    warm start from the nearest tuned sizes (see port)."""
     from porter.job.jobs import make_spec
     from porter.store.base import plugin
     spec, _, _ = make_spec(template, arch, _sizes(sizes), trials, minutes, sampler, seed,
                            backend, str(replay) if replay else None, from_arch, from_job,
-                           _dirs(templates_dir), service=True, fresh=fresh)
+                           _dirs(templates_dir), service=True, fresh=fresh,
+                           cold=cold)
     return Job(plugin("service")().submit(spec, db), db)
 
 

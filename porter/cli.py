@@ -21,6 +21,9 @@ TplDirOpt = typer.Option(None, "--templates-dir", help="extra folder of template
 FreshOpt = typer.Option(False, "--fresh", help="measure every configuration again instead of "
                         "reusing earlier jobs' measurements (same template snapshot, arch, GPU, "
                         "sizes and harness)")
+ColdOpt = typer.Option(False, "--cold", help="start from the template's own seeds only, not "
+                       "from the best configurations of the nearest sizes its earlier jobs "
+                       "tuned on this architecture")
 
 
 def _store(db):
@@ -61,7 +64,7 @@ def port(template: str = typer.Argument(..., help="template name or folder"),
          trust_template_code: bool = typer.Option(
              False, "--trust-template-code",
              help="let the template's own reference.py run here (embedded ports only)"),
-         fresh: bool = FreshOpt,
+         fresh: bool = FreshOpt, cold: bool = ColdOpt,
          db: Optional[str] = DbOpt, templates_dir: Optional[list[Path]] = TplDirOpt):
     """Run a porting job here and now, with a live progress bar."""
     import porter.api as api
@@ -69,7 +72,7 @@ def port(template: str = typer.Argument(..., help="template name or folder"),
                        backend=backend, replay=replay, from_arch=from_arch, from_job=from_job,
                        resume=resume, workers=workers, db=db, templates_dir=templates_dir,
                        console=console, trust_template_code=trust_template_code,
-                       fresh=fresh).summary
+                       fresh=fresh, cold=cold).summary
     if summary.status == "failed":
         raise typer.Exit(1)
 
@@ -185,13 +188,14 @@ def submit(template: str, arch: str = typer.Option(..., "--arch"),
            replay: Optional[str] = typer.Option(None, "--replay"),
            from_arch: Optional[str] = typer.Option(None, "--from-arch"),
            from_job: Optional[int] = typer.Option(None, "--from-job"),
-           fresh: bool = FreshOpt,
+           fresh: bool = FreshOpt, cold: bool = ColdOpt,
            db: Optional[str] = DbOpt, templates_dir: Optional[list[Path]] = TplDirOpt):
     """Record a job and queue it for the service's workers; prints the job id."""
     import porter.api as api
     job_id = api.submit(template, arch, sizes, trials, minutes, sampler=sampler, seed=seed,
                         backend=backend, replay=replay, from_arch=from_arch, from_job=from_job,
-                        db=db, templates_dir=templates_dir, fresh=fresh).id
+                        db=db, templates_dir=templates_dir, fresh=fresh,
+                        cold=cold).id
     console.print(job_id)
 
 

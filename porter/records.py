@@ -39,6 +39,9 @@ class JobSpec:
     # measure every configuration again instead of reusing earlier jobs' measurements of the
     # same identity (porter.job.cache)
     fresh: bool = False
+    # start from the template's own seeds only, not from the nearest sizes that jobs of the
+    # template tuned before (porter.job.run.near_size_configs)
+    cold: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

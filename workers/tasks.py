@@ -75,7 +75,7 @@ def _job_id(value, task: str) -> int | None:
 @app.task(bind=True, name="workers.tasks.drive_job", acks_late=True)
 def drive_job(self, job_id) -> str:
     from porter.job.loop import finish_job, run_job
-    from porter.job.run import warm_start_configs, warm_start_prior
+    from porter.job.run import job_warm_start
     from porter.store.base import open_store
 
     from .driver import ServiceHooks
@@ -102,8 +102,7 @@ def drive_job(self, job_id) -> str:
         return "failed"
     spec = info.spec
     try:
-        warm = warm_start_configs(store, info.template_name, spec.from_arch, spec.from_job)
-        prior = warm_start_prior(store, info.template_name, spec.from_arch, spec.from_job)
+        warm, prior, _ = job_warm_start(store, tpl, arch.with_sms(backend.sms), spec, job_id)
         summary = run_job(store, job_id, spec, tpl, arch, backend,
                           hooks=ServiceHooks(driver, redis_try), warm_start=warm, prior=prior,
                           worker=f"service:{driver}")

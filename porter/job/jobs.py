@@ -19,9 +19,11 @@ def make_spec(template: str, arch: str, sizes: list[str] | None = None, trials: 
               backend: str = "gpu", replay: str | None = None, from_arch: str | None = None,
               from_job: int | None = None, templates_dir: list[Path] | None = None,
               sms: int | None = None, trust_template_code: bool = False,
-              service: bool = False, fresh: bool = False) -> tuple[JobSpec, Template, Arch]:
+              service: bool = False, fresh: bool = False, cold: bool = False
+              ) -> tuple[JobSpec, Template, Arch]:
     """sms: multiprocessors of the target product, where it is not the table's (arch_sms).
     fresh: measure every configuration, reusing no earlier job's measurement (porter.job.cache).
+    cold: no warm start from the nearest tuned sizes (porter.job.run.near_size_configs).
     trust_template_code: the template's own reference.py may run (embedded ports only);
     service: the job goes to the service, which never imports code that came with it."""
     tpl = find_template(template, templates_dir)
@@ -51,7 +53,8 @@ def make_spec(template: str, arch: str, sizes: list[str] | None = None, trials: 
     spec = JobSpec(template=name, arch=a.name, sizes=parsed, trials=trials, minutes=minutes,
                    sampler=sampler, seed=seed, backend="replay" if replay else backend,
                    replay=str(Path(replay).resolve()) if replay else None,
-                   from_arch=from_arch, from_job=from_job, sms=sms, fresh=bool(fresh))
+                   from_arch=from_arch, from_job=from_job, sms=sms, fresh=bool(fresh),
+                   cold=bool(cold))
     return spec, tpl, a
 
 

@@ -42,9 +42,102 @@ def warm_start_prior(store: Store, template_name: str, from_arch: str | None,
     return list(best.values())
 
 
+NEAR_SEEDS = 8      # warm-start configurations drawn from the nearest tuned sizes, at most
+NEAR_WAVE = 3       # of those, tile shapes that fill this size's waves better ([launch] tiles)
+
+
+def near_size_configs(store: Store, tpl, arch, spec, exclude_job: int | None = None
+                      ) -> tuple[list[dict], list[tuple[int, ...]]]:
+    """A new size's warm start from what earlier jobs of the template tuned: for each of the
+    job's sizes, porter.search.warm.seeds_for over the jobs that tuned one size on this
+    architecture (and on spec.from_arch): the nearest sizes' best configurations first
+    (log2 distance plus the template's [sizes] align), each with what its own size forced
+    undone and repaired into this job's feasible set (a value the template no longer has
+    counts as infeasible), then up to NEAR_WAVE tile shapes whose whole waves cost less here
+    ([launch] tiles and tile_cost on `arch`'s multiprocessors). Interleaved over the job's
+    sizes; at most NEAR_SEEDS and a quarter of the trial budget. Returns the configurations and
+    the tuned sizes nearest to the job's first size (up to three). Nothing for a cold job or
+    where no job of the template tuned a size."""
+    import itertools
+    from porter.build.check import static_check
+    from porter.job.loop import trial_budget
+    from porter.search.warm import Tuned, seeds_for, size_distance, tuned_from_store
+    if spec.cold:
+        return [], []
+    tuned = tuned_from_store(store, tpl.name, arch.name, exclude_job=exclude_job)
+    if spec.from_arch and spec.from_arch != arch.name:
+        tuned += tuned_from_store(store, tpl.name, spec.from_arch, exclude_job=exclude_job)
+    # configurations of an older template: its defaults for parameters they lack; those with
+    # a parameter it no longer has ran another kernel and are left out
+    tuned = [Tuned(t.size, cfgs, t.source, t.ratio)
+             for t in tuned if len(t.size) == len(tpl.size_names)
+             for cfgs in [tuple(tpl.complete(c) for c in t.configs if set(c) <= set(tpl.params))]
+             if cfgs]
+    if not tuned:
+        return [], []
+    budget = trial_budget(spec)
+    n = min(NEAR_SEEDS, max(1, budget // 4)) if budget else NEAR_SEEDS
+    names = (tpl.tiles.names if tpl.tiles is not None else frozenset()) | \
+        (tpl.tile_cost.names if tpl.tile_cost is not None else frozenset())
+    wave_vary = [p for p in tpl.params if p in names]
+    sizes = [tuple(s) for s in spec.sizes]
+
+    def in_domain(cfg):
+        return all(cfg.get(p) in vals for p, vals in tpl.params.items())
+
+    def feasible_at(cfg, size=None):
+        return in_domain(cfg) and \
+            static_check(tpl, arch, cfg, [tuple(size)] if size else sizes) is None
+
+    def cost_at(size):
+        def cost(cfg):
+            try:
+                return tpl.wave_cost(cfg, arch, size)
+            except Exception:  # noqa: BLE001 - a cost the template cannot evaluate ranks nothing
+                return None
+        return cost
+    per_size = [seeds_for(size, tuned, tpl.params, feasible_at, n, align=tpl.size_align,
+                          cost=cost_at(size), wave_vary=wave_vary,
+                          n_wave=NEAR_WAVE if wave_vary else 0, feasible_at=feasible_at,
+                          exclude_size=False) for size in sizes]
+    out, seen = [], set()
+    for cfg in itertools.chain.from_iterable(itertools.zip_longest(*per_size)):
+        if cfg is not None and tpl.config_key(cfg) not in seen and len(out) < n:
+            seen.add(tpl.config_key(cfg))
+            out.append(cfg)
+    nearest = sorted({t.size for t in tuned},
+                     key=lambda s: size_distance(sizes[0], s, align=tpl.size_align))[:3]
+    return out, nearest
+
+
+def job_warm_start(store: Store, tpl, arch, spec, job_id: int
+                   ) -> tuple[list[dict], list[tuple[dict, float]], str]:
+    """What a job's run starts from: --from-job's best configurations, then the nearest tuned
+    sizes' (near_size_configs), then --from-arch's; the prior of the source jobs'
+    measurements; and a note for the user (empty when there is no warm start)."""
+    first = warm_start_configs(store, tpl.name, None, spec.from_job)
+    near, sizes = near_size_configs(store, tpl, arch, spec, exclude_job=job_id)
+    rest = warm_start_configs(store, tpl.name, spec.from_arch, None) if spec.from_arch else []
+    warm, seen = [], set()
+    for cfg in [*first, *near, *rest]:
+        key = tpl.config_key(cfg) if set(cfg) <= set(tpl.params) else repr(sorted(cfg.items()))
+        if key not in seen:
+            seen.add(key)
+            warm.append(cfg)
+    prior = warm_start_prior(store, tpl.name, spec.from_arch, spec.from_job)
+    notes = []
+    if near:
+        notes.append(f"{len(near)} warm-start configs from the nearest tuned sizes ("
+                     + ", ".join("x".join(map(str, s)) for s in sizes) + ")")
+    if first or rest:
+        notes.append(f"{len(first) + len(rest)} from --from-job/--from-arch and a prior of "
+                     f"{len(prior)} measured ones")
+    return warm, prior, "; ".join(notes)
+
+
 def port_here(template, arch, sizes, trials, minutes, sampler, seed, backend, replay, from_arch,
               from_job, resume, workers, db, templates_dir, console: Console,
-              trust_template_code: bool = False, fresh: bool = False):
+              trust_template_code: bool = False, fresh: bool = False, cold: bool = False):
     from porter.job.loop import Engine
     from porter.job.jobs import (make_backend, make_spec, probe_compile, template_record,
                                  template_snapshot)
@@ -59,7 +152,8 @@ def port_here(template, arch, sizes, trials, minutes, sampler, seed, backend, re
     else:
         spec, tpl, a = make_spec(template, arch, sizes, trials, minutes, sampler, seed, backend,
                                  replay, from_arch, from_job, templates_dir,
-                                 trust_template_code=trust_template_code, fresh=fresh)
+                                 trust_template_code=trust_template_code, fresh=fresh,
+                                 cold=cold)
     if spec.backend != "replay":
         probe_compile(tpl, a, spec.sizes)
     be, note = make_backend(spec, a)
@@ -70,14 +164,12 @@ def port_here(template, arch, sizes, trials, minutes, sampler, seed, backend, re
         src, space = template_record(tpl)
         job_id = store.create_job(spec, tpl.name, tpl.source_hash, src, space, status="running",
                                   snapshot=template_snapshot(tpl))
-    warm = warm_start_configs(store, tpl.name, spec.from_arch, spec.from_job)
-    prior = warm_start_prior(store, tpl.name, spec.from_arch, spec.from_job)
+    warm, prior, warm_note = job_warm_start(store, tpl, a.with_sms(be.sms), spec, job_id)
     total = spec.trials or (None if spec.minutes else 100)
     console.print(f"job {job_id}: {tpl.name} -> {a.name}, sizes "
                   f"{', '.join('x'.join(map(str, s)) for s in spec.sizes)}, backend {be.name}, "
                   f"sampler {spec.sampler}" + (", fresh measurements" if spec.fresh else "")
-                  + (f", {len(warm)} warm-start configs and a prior of {len(prior)} measured ones"
-                     if warm else ""))
+                  + (f", {warm_note}" if warm_note else ""))
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.fields[best]}"), TimeElapsedColumn(),
                   console=console, transient=False) as progress:

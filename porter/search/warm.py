@@ -203,15 +203,17 @@ def seeds_for(size: Sequence[int], tuned: Iterable[Tuned], params: Mapping[str, 
               n_vary: int = 0, align: Sequence[float] | None = None,
               cost: Callable[[dict], float | None] | None = None,
               wave_vary: Sequence[str] = (), n_wave: int = 0,
-              feasible_at: Callable[[dict, Sequence[int] | None], bool] | None = None
-              ) -> list[dict]:
+              feasible_at: Callable[[dict, Sequence[int] | None], bool] | None = None,
+              exclude_size: bool = True) -> list[dict]:
     """What a port of `size` proposes first: nearest_seeds, each repaired for this size
     (feasible(config) judges it), repeats dropped; with `vary`, n_vary of those n are the
     best seed's `variants` along those parameters, after the first n - n_vary - n_wave seeds;
     with `cost`, n_wave before them are the best seed's `wave_variants` along wave_vary.
-    feasible_at(config, size) (None: this size): each seed is first `unforce`d."""
+    feasible_at(config, size) (None: this size): each seed is first `unforce`d.
+    exclude_size: as in nearest_seeds."""
     near, seen = [], set()
-    for cfg, src in _nearest(size, tuned, 4 * n, weights, align=align):
+    for cfg, src in _nearest(size, tuned, 4 * n, weights, align=align,
+                             exclude_size=exclude_size):
         if feasible_at is not None:
             cfg = unforce(cfg, params, src, feasible_at)
         fixed = repair(cfg, params, feasible)
@@ -271,13 +273,14 @@ def tuned_from_records(records: Iterable[Mapping], template: str,
                   ratios.get(size)) for size, v in by_size.items()]
 
 
-def tuned_from_store(store, template: str, arch: str | None = None, per_job: int = 4
-                     ) -> list[Tuned]:
+def tuned_from_store(store, template: str, arch: str | None = None, per_job: int = 4,
+                     exclude_job: int | None = None) -> list[Tuned]:
     """Tuned sizes from a porter database: each measured job of `template` (on `arch`) that
-    ran one size, with its best configurations; several jobs of one size are merged."""
+    ran one size, but exclude_job, with its best configurations; several jobs of one size are
+    merged."""
     by_size: dict[tuple, list[tuple[float, dict]]] = {}
     for info in store.list_jobs(None, template=template, arch=arch):
-        if len(info.spec.sizes) != 1:
+        if len(info.spec.sizes) != 1 or info.id == exclude_job:
             continue
         for t in store.best_trials(info.id, per_job):
             if t.objective is not None:

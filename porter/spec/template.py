@@ -81,6 +81,10 @@ class Template:
     # wave quantization (wave_cost); None: the template does not say
     tiles: Expr | None = None
     tile_cost: Expr | None = None
+    # [sizes] align: per size dimension, what a difference of one in the power of two dividing
+    # it counts in the distance between sizes (porter.search.warm.size_distance), beside the
+    # log2 distance; None: the sizes' magnitudes alone
+    size_align: tuple[float, ...] | None = None
     source_hash: str = field(default="", compare=False)
     op_spec: OpSpec | None = None                  # [op]: an op declared by the template
     # porter headers this template compiles against: a snapshot carries its own; None: the
@@ -274,6 +278,12 @@ def load_template(folder: str | Path, include_dir: Path | None = None,
     size_names = tuple(sizes.get("names", ()))
     if not size_names:
         raise TemplateError(f"template {name!r}: [sizes] needs names")
+    align = sizes.get("align")
+    if align is not None and (not isinstance(align, list) or len(align) != len(size_names) or
+                              not all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                      and x >= 0 for x in align)):
+        raise TemplateError(f"template {name!r}: [sizes] align must list {len(size_names)} "
+                            "non-negative numbers, one for each of " + ", ".join(size_names))
 
     launch = raw.get("launch", {})
     if "grid" not in launch or "block" not in launch:
@@ -318,6 +328,7 @@ def load_template(folder: str | Path, include_dir: Path | None = None,
         metrics=metrics, tensor_maps=tuple(tmaps),
         rtol=verify.get("rtol"), allow_spills=bool(resources.get("allow_spills", False)),
         seeds=tuple(dict(x) for x in seeds),
+        size_align=tuple(float(x) for x in align) if align is not None else None,
         source_hash=source_hash or _snapshot_hash(folder),
         include_dir=include_dir,
     )
