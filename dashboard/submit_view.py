@@ -135,6 +135,8 @@ def submit_page() -> None:
         replay = st.text_input("replay source (for backend replay)", key="sub_replay")
         fresh = st.checkbox("fresh measurements (reuse no earlier job's measurement of the same "
                             "template, GPU, sizes and harness)", key="sub_fresh")
+        cold = st.checkbox("cold start (not from the nearest sizes earlier jobs of the template "
+                           "tuned)", key="sub_cold")
         mode = st.radio("run on", modes, key="sub_mode", horizontal=True)
         go_ = st.form_submit_button("Submit")
     if not go_:
@@ -143,7 +145,7 @@ def submit_page() -> None:
     try:
         spec, _, _ = make_spec(template, arch, sizes.split() or None, int(trials) or None,
                                float(minutes) or None, sampler, int(seed), backend,
-                               replay or None, from_arch or None, fresh=fresh)
+                               replay or None, from_arch or None, fresh=fresh, cold=cold)
         if mode == SERVICE:
             job_id = submit_service(spec, u)
             st.success(f"queued job {job_id}")

@@ -232,6 +232,7 @@ def test_submit_without_a_broker_runs_the_job_here(tmp_path, monkeypatch):
     at.selectbox(key="sub_backend").set_value("replay")
     at.text_input(key="sub_replay").input(str(RMS_RECORDING))
     at.number_input(key="sub_trials").set_value(6)
+    at.checkbox(key="sub_cold").check()
     at.button[0].click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     assert "running here in a background process" in at.success[0].value
@@ -242,6 +243,9 @@ def test_submit_without_a_broker_runs_the_job_here(tmp_path, monkeypatch):
         time.sleep(0.5)
     d = store.job_detail(job)
     assert d["status"] == "done" and d["n_measured"] == 6
+    # the form's boxes reach the background `porter port`
+    spec = store.get_job(job).spec
+    assert spec.cold and not spec.fresh and spec.trials == 6
 
     # a replay source that cannot be read: the background port fails before recording a job
     bad = tmp_path / "bad.json"
