@@ -210,8 +210,8 @@ def test_ctrl_c_inside_a_write_still_finishes_the_job(tmp_path, monkeypatch):
     transaction open, in the interrupted frames; on SQLite its write lock would stop the job's
     final status (the job loop once waited out the busy timeout and every retry). The job is
     still marked `interrupted`, at once, and the lock is gone."""
+    import sqlite3
     import time
-    from sqlalchemy import text
     import db.engine
     import db.store
     from porter.job.hooks import JobHooks
@@ -233,10 +233,10 @@ def test_ctrl_c_inside_a_write_still_finishes_the_job(tmp_path, monkeypatch):
         def measure(self, *a, **k):
             InterruptedMidWrite.calls += 1
             if InterruptedMidWrite.calls == 3:
-                conn = store._engine.connect()
-                conn.begin()
-                conn.execute(text("UPDATE porter_jobs SET message = 'half' WHERE id = :i"),
-                             {"i": job})
+                # a connection of this process in the middle of a write (pysqlite begins the
+                # transaction at the UPDATE), as Ctrl-C leaves one of the store's
+                conn = sqlite3.connect(tmp_path / "p.db")
+                conn.execute("UPDATE porter_jobs SET message = 'half' WHERE id = ?", (job,))
                 raise KeyboardInterrupt     # before the commit; `conn` stays in this frame
             return super().measure(*a, **k)
 

@@ -18,6 +18,7 @@ from porter.spec.arch import ARCHS, FEATURES, Arch, check_features
 from porter.errors import SpecError, TemplateError
 from porter.spec.expr import Expr
 from porter.spec.opspec import OpSpec, parse_op
+from porter.spec.template_checks import check_includes, check_names
 
 BUILTIN_DIR = Path(__file__).resolve().parents[2] / "search_spaces"
 INCLUDE_DIR = Path(__file__).resolve().parents[1] / "include"
@@ -251,7 +252,7 @@ def load_template(folder: str | Path, include_dir: Path | None = None,
     if folder.resolve() not in src_path.parents or not src_path.is_file():
         raise TemplateError(f"template {name!r}: source {src_name!r} is not a file in {folder}")
     source = src_path.read_text()
-    _check_includes(name, source)
+    check_includes(name, source, INCLUDE_DIR)
 
     requires = tuple(t.get("requires", ()))
     bad = [f for f in requires if f not in FEATURES]
@@ -336,7 +337,7 @@ def load_template(folder: str | Path, include_dir: Path | None = None,
     if not defaults:
         raise TemplateError(f"template {name!r}: [sizes] needs at least one default size")
     object.__setattr__(tpl, "default_sizes", defaults)
-    _check_names(tpl)
+    check_names(tpl)
     from porter.spec.variants import select
     return select(tpl, raw, variant)
 
@@ -344,38 +345,6 @@ def load_template(folder: str | Path, include_dir: Path | None = None,
 def _snapshot_hash(folder: Path) -> str:
     from porter.spec.snapshot import bundle
     return bundle(folder).hash
-
-
-def _check_names(tpl: Template) -> None:
-    """Every name an expression reads must be a parameter, a size or an architecture limit."""
-    known = set(tpl.params) | set(tpl.size_names) | set(ARCHS["sm_90a"].limits())
-    exprs: list[tuple[str, Expr]] = [("constraint", c) for c in tpl.constraints]
-    exprs += [("launch.grid", e) for e in tpl.grid] + [("launch.block", e) for e in tpl.block]
-    exprs += [("launch.cluster", e) for e in tpl.cluster]
-    exprs += [("launch.smem", tpl.smem), ("launch.workspace", tpl.workspace)]
-    for key in ("workspace_clean", "tiles", "tile_cost"):
-        if getattr(tpl, key) is not None:
-            exprs.append((f"launch.{key}", getattr(tpl, key)))
-    exprs += [(f"metrics.{k}", e) for k, e in tpl.metrics.items()]
-    exprs += [("tensor_maps.box", e) for tm in tpl.tensor_maps for e in tm.box]
-    for where, e in exprs:
-        unknown = sorted(e.names - known)
-        if unknown:
-            raise TemplateError(f"template {tpl.name!r}: {where} {e.text!r} names unknown "
-                                f"parameter(s) {', '.join(unknown)}")
-
-
-def _check_includes(name: str, source: str) -> None:
-    # NVRTC from PyPI carries no CUDA headers, and templates may read nothing else
-    allowed = {p.relative_to(INCLUDE_DIR).as_posix() for p in INCLUDE_DIR.rglob("*")
-               if p.suffix in (".cuh", ".h")}
-    # checked on what the preprocessor sees (comments, splices, digraphs, computed includes)
-    from porter.build.includes import forbidden_include
-    bad = forbidden_include(source, allowed)
-    if bad:
-        raise TemplateError(f"template {name!r} has {bad}, which is outside the project's "
-                            "include folder (name one of its headers literally); allowed: "
-                            f"{', '.join(sorted(allowed))}")
 
 
 def template_dirs() -> list[Path]:
