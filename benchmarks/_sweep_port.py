@@ -101,8 +101,8 @@ def sweep_seeds(tpl, arch, shape, tuned: list[Tuned], vendor_kernels=()) -> list
     def cost(cfg):
         return tpl.wave_cost(cfg, arch, shape)
     seeds = seeds_for(shape, tuned, tpl.params, feasible, N_SEEDS, vary=VARY, n_vary=N_VARY,
-                      align=ALIGN or tpl.size_align, cost=cost, wave_vary=WAVE_VARY, n_wave=N_WAVE,
-                      feasible_at=feasible)
+                      align=ALIGN or tpl.size_align, cost=cost, wave_vary=WAVE_VARY,
+                      n_wave=N_WAVE, feasible_at=feasible)
     v = vendor_seed(vendor_kernels, seeds[0], tpl.params, feasible) \
         if seeds and vendor_kernels else None
     if v is not None and tpl.config_key(v) not in {tpl.config_key(c) for c in seeds}:
@@ -243,8 +243,8 @@ class SweepPorter:
                "driver": self.device.get("driver", ""), "nvrtc": nvrtc_version(),
                "date": datetime.date.today().isoformat(), "shape": list(shape),
                "category": category, "seed_policy": f"{N_SEEDS - N_VARY - N_WAVE} nearest (align "
-               f"{ALIGN or self.tpl.size_align}) + {N_WAVE} wave fits along {','.join(WAVE_VARY)} + {N_VARY} "
-               f"neighbours along {','.join(VARY)}",
+               f"{ALIGN or self.tpl.size_align}) + {N_WAVE} wave fits along "
+               f"{','.join(WAVE_VARY)} + {N_VARY} neighbours along {','.join(VARY)}",
                "finalist_policy": f"{FINALISTS} fastest + up to {N_DISTINCT} of another "
                f"structure within {NEAR:.0%}",
                "vendor_kernels": list(self.vendor.get(tuple(shape), ())), **found,
