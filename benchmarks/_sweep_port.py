@@ -26,7 +26,6 @@ TEMPLATE = "gemm_wgmma"
 N_SEEDS = 16              # warm-start configurations per shape: the nearest tuned shapes'
 N_VARY = 8                # best ones, then this many neighbours of the best along VARY
 VARY = ("BN", "STREAMK", "TAILW", "BM", "CLUSTER", "SPLITK", "EPI", "STAGES")
-ALIGN = None              # None: the template's [sizes] align (K's row alignment, seed_check)
 N_WAVE = 4                # of those, this many tile shapes / splits / clusters of the best seed
 WAVE_VARY = ("BM", "BN", "SPLITK", "CLUSTER")   # that fill the waves better ([launch] tile_cost)
 FINALISTS = 2             # the search's fastest configurations re-timed side by side, then up
@@ -101,7 +100,7 @@ def sweep_seeds(tpl, arch, shape, tuned: list[Tuned], vendor_kernels=()) -> list
     def cost(cfg):
         return tpl.wave_cost(cfg, arch, shape)
     seeds = seeds_for(shape, tuned, tpl.params, feasible, N_SEEDS, vary=VARY, n_vary=N_VARY,
-                      align=ALIGN or tpl.size_align, cost=cost, wave_vary=WAVE_VARY,
+                      align=tpl.size_align, cost=cost, wave_vary=WAVE_VARY,
                       n_wave=N_WAVE, feasible_at=feasible)
     v = vendor_seed(vendor_kernels, seeds[0], tpl.params, feasible) \
         if seeds and vendor_kernels else None
@@ -243,7 +242,7 @@ class SweepPorter:
                "driver": self.device.get("driver", ""), "nvrtc": nvrtc_version(),
                "date": datetime.date.today().isoformat(), "shape": list(shape),
                "category": category, "seed_policy": f"{N_SEEDS - N_VARY - N_WAVE} nearest (align "
-               f"{ALIGN or self.tpl.size_align}) + {N_WAVE} wave fits along "
+               f"{self.tpl.size_align}) + {N_WAVE} wave fits along "
                f"{','.join(WAVE_VARY)} + {N_VARY} neighbours along {','.join(VARY)}",
                "finalist_policy": f"{FINALISTS} fastest + up to {N_DISTINCT} of another "
                f"structure within {NEAR:.0%}",

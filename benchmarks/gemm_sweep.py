@@ -23,7 +23,7 @@ Warm start (porter/search/warm.py): the nearest configurations of the tuned shap
 benchmarks/results/gemm_wgmma_tpl6_tuned_{a,b,c}_h200.json and of every shape the sweep has
 finished so far (the shapes run nearest-to-tuned first), then neighbours of the best along the
 tile and schedule parameters, and tile shapes / splits that fill the waves better
-(_sweep_port.py: N_SEEDS, N_VARY, VARY, N_WAVE, WAVE_VARY, ALIGN). --warm-from adds another
+(_sweep_port.py: N_SEEDS, N_VARY, VARY, N_WAVE, WAVE_VARY; the template's [sizes] align). --warm-from adds another
 GPU's sweep results as sources, each shape's own answer there included (a port to a new GPU).
 The H200 runs: benchmarks/results/gemm_sweep_h200.json (docs/notes/gemm_wgmma.md, "Sweep").
 

@@ -61,18 +61,16 @@ def near_size_configs(store: Store, tpl, arch, spec, exclude_job: int | None = N
     import itertools
     from porter.build.check import static_check
     from porter.job.loop import trial_budget
-    from porter.search.warm import Tuned, seeds_for, size_distance, tuned_from_store
+    from porter.search.warm import seeds_for, size_distance, tuned_from_store
     if spec.cold:
         return [], []
-    tuned = tuned_from_store(store, tpl.name, arch.name, exclude_job=exclude_job)
-    if spec.from_arch and spec.from_arch != arch.name:
-        tuned += tuned_from_store(store, tpl.name, spec.from_arch, exclude_job=exclude_job)
-    # configurations of an older template: its defaults for parameters they lack; those with
-    # a parameter it no longer has ran another kernel and are left out
-    tuned = [Tuned(t.size, cfgs, t.source, t.ratio)
-             for t in tuned if len(t.size) == len(tpl.size_names)
-             for cfgs in [tuple(tpl.complete(c) for c in t.configs if set(c) <= set(tpl.params))]
-             if cfgs]
+    # configurations of an older template take its defaults for parameters they lack; those
+    # with a parameter it no longer has ran another kernel and are left out
+    defaults = tpl.complete({})
+    tuned = [t for a in dict.fromkeys([arch.name, spec.from_arch or arch.name])
+             for t in tuned_from_store(store, tpl.name, a, exclude_job=exclude_job,
+                                       defaults=defaults)
+             if len(t.size) == len(tpl.size_names)]
     if not tuned:
         return [], []
     budget = trial_budget(spec)
@@ -118,12 +116,7 @@ def job_warm_start(store: Store, tpl, arch, spec, job_id: int
     first = warm_start_configs(store, tpl.name, None, spec.from_job)
     near, sizes = near_size_configs(store, tpl, arch, spec, exclude_job=job_id)
     rest = warm_start_configs(store, tpl.name, spec.from_arch, None) if spec.from_arch else []
-    warm, seen = [], set()
-    for cfg in [*first, *near, *rest]:
-        key = tpl.config_key(cfg) if set(cfg) <= set(tpl.params) else repr(sorted(cfg.items()))
-        if key not in seen:
-            seen.add(key)
-            warm.append(cfg)
+    warm = [*first, *near, *rest]     # (the searcher skips a repeat, and what is not in its space)
     prior = warm_start_prior(store, tpl.name, spec.from_arch, spec.from_job)
     notes = []
     if near:

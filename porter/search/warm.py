@@ -274,18 +274,19 @@ def tuned_from_records(records: Iterable[Mapping], template: str,
 
 
 def tuned_from_store(store, template: str, arch: str | None = None, per_job: int = 4,
-                     exclude_job: int | None = None) -> list[Tuned]:
+                     exclude_job: int | None = None,
+                     defaults: Mapping[str, Any] | None = None) -> list[Tuned]:
     """Tuned sizes from a porter database: each measured job of `template` (on `arch`) that
     ran one size, but exclude_job, with its best configurations; several jobs of one size are
-    merged."""
+    merged. defaults: as in tuned_from_records (configurations of an older template)."""
     by_size: dict[tuple, list[tuple[float, dict]]] = {}
     for info in store.list_jobs(None, template=template, arch=arch):
         if len(info.spec.sizes) != 1 or info.id == exclude_job:
             continue
         for t in store.best_trials(info.id, per_job):
-            if t.objective is not None:
-                by_size.setdefault(tuple(info.spec.sizes[0]), []).append(
-                    (t.objective, dict(t.params)))
+            cfg = _complete(t.params, defaults)
+            if t.objective is not None and cfg is not None:
+                by_size.setdefault(tuple(info.spec.sizes[0]), []).append((t.objective, cfg))
     return [Tuned(size, tuple(_dedupe(c for _, c in sorted(v, key=lambda x: x[0]))),
                   f"{store.url}", 1.0 / min(o for o, _ in v))
             for size, v in by_size.items()]
