@@ -17,7 +17,7 @@ from porter.job.hooks import JobHooks, PoolCompiles
 from porter.job.jobs import make_spec, template_record, template_snapshot
 from porter.job.loop import Engine, finish_job
 from porter.measure.backends.gpu import GpuBackend
-from porter.search.vendor import vendor_seed
+from porter.search.vendor import vendor_seeds
 from porter.search.warm import Tuned, seeds_for
 from porter.spec.arch import get_arch
 from porter.spec.template import find_template, load_template
@@ -91,7 +91,8 @@ def sweep_seeds(tpl, arch, shape, tuned: list[Tuned], vendor_kernels=()) -> list
     """The warm start of one shape: N_SEEDS configurations (porter.search.warm.seeds_for with
     the sweep's policy), each feasible at that shape on `arch`; with `vendor_kernels` (the
     kernel names cuBLAS ran for this shape) the vendor's tile, stages and cluster on the best
-    seed (porter.search.vendor) come second, repaired, in place of the last seed."""
+    seed, and where it runs clusters the same tile without one (porter.search.vendor), come
+    second and third, repaired, in place of the last seeds."""
     shape = tuple(shape)
 
     def feasible(cfg, size=None):
@@ -102,11 +103,11 @@ def sweep_seeds(tpl, arch, shape, tuned: list[Tuned], vendor_kernels=()) -> list
     seeds = seeds_for(shape, tuned, tpl.params, feasible, N_SEEDS, vary=VARY, n_vary=N_VARY,
                       align=tpl.size_align, cost=cost, wave_vary=WAVE_VARY,
                       n_wave=N_WAVE, feasible_at=feasible)
-    v = vendor_seed(vendor_kernels, seeds[0], tpl.params, feasible) \
-        if seeds and vendor_kernels else None
-    if v is not None and tpl.config_key(v) not in {tpl.config_key(c) for c in seeds}:
-        seeds = [seeds[0], v, *seeds[1:]][:N_SEEDS]
-    return seeds
+    vs = vendor_seeds(vendor_kernels, seeds[0], tpl.params, feasible) \
+        if seeds and vendor_kernels else []
+    have = {tpl.config_key(c) for c in seeds}
+    vs = [v for v in vs if tpl.config_key(v) not in have]
+    return [*seeds[:1], *vs, *seeds[1:]][:N_SEEDS]
 
 
 def pick_finalists(measured, top: int = FINALISTS, distinct: int = N_DISTINCT,

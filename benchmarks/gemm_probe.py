@@ -154,6 +154,9 @@ def main(argv=None):
     from port_bench import side_by_side
     from porter.measure.backends.gpu import GpuBackend
     from porter.measure.tma import l2_promotion
+    # the maps' promotion: PORTER_TMA_L2_PROMOTION's for all of them, else by each one's pitch
+    promotion = l2_promotion() if os.environ.get("PORTER_TMA_L2_PROMOTION", "").strip() else \
+        "by row pitch (NONE off 32-byte sectors, else L2_256B)"
     from porter.spec.arch import get_arch
     from porter.spec.template import find_template
     out = Path(args.out)
@@ -173,7 +176,7 @@ def main(argv=None):
     for shape, cfg in items:
         rec = {"gpu": dev.get("gpu", ""), "driver": dev.get("driver", ""),
                "date": datetime.date.today().isoformat(), "shape": list(shape), "params": cfg,
-               "template": args.template, "l2_promotion": l2_promotion()}
+               "template": args.template, "l2_promotion": promotion}
         why = bad.get((shape, tpl.config_key(cfg)))
         if why:
             rec.update(status="skipped", reason=why)

@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from porter.build.check import static_check  # noqa: E402
-from porter.search.vendor import nvjet_tile, vendor_seed  # noqa: E402
+from porter.search.vendor import nvjet_tile, vendor_seed, vendor_seeds  # noqa: E402
 from porter.spec.arch import get_arch  # noqa: E402
 from porter.spec.template import find_template  # noqa: E402
 
@@ -60,7 +60,27 @@ def test_the_seed_takes_the_most_stages_that_fit_and_keeps_the_tile():
     assert vendor_seed(["Memset (Device)"], BASE, tpl.params, feasible) is None
 
 
-def test_the_sweep_puts_the_vendors_seed_second():
+def test_a_clustered_vendor_tile_comes_with_and_without_its_cluster():
+    """1536^3: cuBLAS's 128 x 144 in clusters of 2 (6 stages), then the same tile without a
+    cluster; a vendor tile without a cluster, or one whose unclustered fit is the same
+    configuration, gives one seed."""
+    tpl, arch = find_template("gemm_wgmma"), get_arch("sm_90a")
+    shape = (1536, 1536, 1536)
+
+    def feasible(c):
+        return static_check(tpl, arch, c, [shape]) is None
+    base = {**BASE, "PERSIST": 0}
+    first, alone = vendor_seeds(kernels(shape), base, tpl.params, feasible)
+    assert (first["BM"], first["BN"], first["CLUSTER"]) == (128, 144, 2)
+    assert (alone["BM"], alone["BN"], alone["CLUSTER"]) == (128, 144, 1)
+    assert feasible(first) and feasible(alone)
+    assert first == vendor_seed(kernels(shape), base, tpl.params, feasible)
+    assert len(vendor_seeds(["nvjet_sm90_tst_144x128_64x6_1x1_h_bz_TNN"], base, tpl.params,
+                            feasible)) == 1
+    assert vendor_seeds(["Memset (Device)"], base, tpl.params, feasible) == []
+
+
+def test_the_sweep_puts_the_vendors_seeds_second():
     import gemm_sweep as gs
     from _sweep_port import N_SEEDS, sweep_seeds
     tpl, arch = find_template("gemm_wgmma"), get_arch("sm_90a")
@@ -70,7 +90,8 @@ def test_the_sweep_puts_the_vendors_seed_second():
     plain = sweep_seeds(tpl, arch, shape, tuned)
     with_vendor = sweep_seeds(tpl, arch, shape, tuned, kernels(shape))
     assert len(plain) == len(with_vendor) == N_SEEDS
-    assert with_vendor[0] == plain[0] and with_vendor[2:] == plain[1:-1]
-    v = with_vendor[1]
+    assert with_vendor[0] == plain[0] and with_vendor[3:] == plain[1:-2]
+    v, alone = with_vendor[1:3]
     assert (v["BM"], v["BN"], v["CLUSTER"]) == (128, 200, 4) and v not in plain
+    assert (alone["BM"], alone["BN"], alone["CLUSTER"]) == (128, 200, 1) and alone not in plain
     assert gs.vendor_kernels(NAMES)[shape] == kernels(shape)

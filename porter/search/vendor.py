@@ -5,7 +5,11 @@ view (for torch's row-major `a @ b.t()`: 128 rows of C by 200 columns), 64-wide 
 stages, clusters of 1 x 4 (4 CTAs along C's rows). Where a port's nearest tuned shapes miss the
 structure the vendor picked for this shape (at 1000x3000x1000 a 128 x 200 tile in clusters of
 4, which no warm seed had on an H100 and which read 0.979 of cuBLAS there against the port's
-0.951), the vendor's choice, put into the template's terms, is one seed more.
+0.951), the vendor's choice, put into the template's terms, is one seed more; where the vendor runs
+clusters, the same tile without one is another (`vendor_seeds`: at 1536^3 cuBLAS runs 128 x 144
+in clusters of 2, which read 0.971 of cuBLAS for our port on an H100 while the same tile without
+a cluster read 0.986-0.994 in the same visit, and the search, started from the clustered seed,
+never tried it).
 
 Nothing here runs a GPU: the caller gets the kernel names (benchmarks/baseline_kernels.py takes
 them from torch's profiler) and passes the shape's static check, which the seed is fitted to."""
@@ -33,17 +37,21 @@ def nvjet_tile(name: str) -> dict | None:
 
 def vendor_seed(kernels: Iterable[str], base: Mapping[str, Any],
                 params: Mapping[str, Sequence],
-                feasible: Callable[[dict], bool] | None = None) -> dict | None:
+                feasible: Callable[[dict], bool] | None = None,
+                cluster: int | None = None) -> dict | None:
     """`base` (a whole configuration, say the nearest tuned shape's best) with the tile, k-step,
     stages and cluster of the first nvjet kernel among `kernels`, each set to the nearest value
     the template offers (ties to the smaller); parameters the template lacks are left out.
-    None without an nvjet kernel. With `feasible`, a configuration it accepts or None: the
+    None without an nvjet kernel. `cluster`: this many CTAs a cluster instead of the vendor's.
+    With `feasible`, a configuration it accepts or None: the
     vendor's stages, or else the most that fit below them (the template's epilogue may take
     shared memory the vendor's does not), with one other parameter changed at most, then two
     (KEEP and the stages kept); else repaired keeping KEEP; else repaired."""
     tile = next((t for k in kernels if (t := nvjet_tile(k)) is not None), None)
     if tile is None:
         return None
+    if cluster is not None:
+        tile = {**tile, "CLUSTER": cluster}
     cfg = dict(base)
     for p, v in tile.items():
         values = [x for x in params.get(p, ()) if isinstance(x, int)]
@@ -59,3 +67,22 @@ def vendor_seed(kernels: Iterable[str], base: Mapping[str, Any],
             if fixed is not None:
                 return fixed
     return repair(cfg, params, feasible, keep=KEEP) or repair(cfg, params, feasible)
+
+
+def vendor_seeds(kernels: Iterable[str], base: Mapping[str, Any],
+                 params: Mapping[str, Sequence],
+                 feasible: Callable[[dict], bool] | None = None) -> list[dict]:
+    """The vendor's seed (`vendor_seed`), then, where the vendor runs clusters and the template
+    offers none (CLUSTER 1), the same tile without a cluster fitted the same way: a cluster's
+    gain depends on the rest of the kernel, and the search steps away from a seed's cluster
+    only by chance. Repeats left out; [] without an nvjet kernel."""
+    kernels = list(kernels)
+    out = []
+    first = vendor_seed(kernels, base, params, feasible)
+    if first is not None:
+        out.append(first)
+        if first.get("CLUSTER", 1) != 1 and 1 in params.get("CLUSTER", ()):
+            alone = vendor_seed(kernels, base, params, feasible, cluster=1)
+            if alone is not None and alone != first:
+                out.append(alone)
+    return out
