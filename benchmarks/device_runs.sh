@@ -10,6 +10,8 @@
 #                                                ones among them searched longer), SWEEP_S=N
 #                                                gives the step N seconds (default 250),
 #                                                SWEEP_ANY_GPU=1 runs it on another GPU too;
+#                                                SWEEP_SHAPES=all: every shape of the sweep but
+#                                                SWEEP_SKIP's (M1xN1xK1,...);
 #                                                cuBLAS's kernels for the shapes are read first
 #                                                (baseline_kernels.py) and their tiles seeded
 #                                                (SWEEP_VENDOR=0: not)
@@ -79,6 +81,13 @@ while [ $# -gt 0 ]; do
   case $step in
     sweep=*)
       label=${step#sweep=}
+      # SWEEP_SHAPES=all: every shape of gemm_sweep.py's SHAPES but those in SWEEP_SKIP
+      if [ "$SWEEP_SHAPES" = all ]; then
+        SWEEP_SHAPES=$(SKIP="$SWEEP_SKIP" python3 -c "import os, sys; sys.path.insert(0, 'benchmarks')
+import gemm_sweep as g
+skip = set(filter(None, os.environ['SKIP'].split(',')))
+print(','.join(x for s in g.SHAPES if (x := 'x'.join(map(str, s[1:]))) not in skip))")
+      fi
       # another GPU only with SWEEP_ANY_GPU=1: a port from the H200's answers (--warm-from),
       # its own file, nothing merged into the H200's
       src="--merge benchmarks/results/gemm_sweep_h200.json"
