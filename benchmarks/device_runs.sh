@@ -115,7 +115,7 @@ print(','.join(x for s in g.SHAPES if (x := 'x'.join(map(str, s[1:]))) not in sk
       if grep -qxF "$NEW_CASES" $PASSED 2>/dev/null; then
         rc=0   # the quick step passed them (and more) on this machine
       else
-        timeout $(cap 80) python3 -m pytest -q -x -p no:cacheprovider tests/test_gpu_gemm_fp8.py \
+        timeout -s INT $(cap 80) python3 -m pytest -q -x -p no:cacheprovider tests/test_gpu_gemm_fp8.py \
           -k "$PP_CASES" 2>&1 | tail -6
         rc=${PIPESTATUS[0]}
       fi
@@ -130,11 +130,11 @@ print(','.join(x for s in g.SHAPES if (x := 'x'.join(map(str, s[1:]))) not in sk
       echo "fp8 rc ${PIPESTATUS[0]}" ;;
     tests)
       skip=$(awk '{printf "%snot (%s)", (NR > 1 ? " and " : ""), $0}' $PASSED 2>/dev/null)
-      timeout $(cap 330) python3 -m pytest -q --timeout 150 -p no:cacheprovider tests/test_gpu_gemm_fp8.py \
+      timeout -s INT $(cap 330) python3 -m pytest -q --timeout 150 -p no:cacheprovider tests/test_gpu_gemm_fp8.py \
         tests/test_gpu.py ${skip:+-k "$skip"} 2>&1 | tail -25
       echo "tests rc ${PIPESTATUS[0]}" ;;
     quick)
-      timeout $(cap 160) python3 -m pytest -q --timeout 120 -p no:cacheprovider \
+      timeout -s INT $(cap 160) python3 -m pytest -q --timeout 120 -p no:cacheprovider \
         tests/test_gpu_gemm_fp8.py -k "$NEW_CASES" 2>&1 | tail -12
       rc=${PIPESTATUS[0]}; echo "quick rc $rc"
       if [ "$rc" = 0 ]; then echo "$NEW_CASES" >> $PASSED; fi ;;
@@ -163,7 +163,7 @@ print(','.join(x for s in g.SHAPES if (x := 'x'.join(map(str, s[1:]))) not in sk
       echo "rate rc ${PIPESTATUS[0]}" ;;
     ring)
       # test_wgmma_side_by_side_interleaved's last four cases (config30-33) are EPI=5's
-      timeout $(cap 150) python3 -m pytest -q --timeout 120 -p no:cacheprovider tests/test_gpu.py \
+      timeout -s INT $(cap 150) python3 -m pytest -q --timeout 120 -p no:cacheprovider tests/test_gpu.py \
         -k "side_by_side and (config30 or config31 or config32 or config33)" 2>&1 | tail -8
       echo "ring tests rc ${PIPESTATUS[0]}"
       timeout $(cap 200) python3 benchmarks/gemm_probe.py --out "$OUT/ring" \
