@@ -73,7 +73,7 @@ def vendor_seeds(kernels: Iterable[str], base: Mapping[str, Any],
                  params: Mapping[str, Sequence],
                  feasible: Callable[[dict], bool] | None = None) -> list[dict]:
     """The vendor's seed (`vendor_seed`), then, where the vendor runs clusters and the template
-    offers none (CLUSTER 1), the same tile without a cluster fitted the same way: a cluster's
+    offers CLUSTER 1, the same tile without a cluster, fitted the same way: a cluster's
     gain depends on the rest of the kernel, and the search steps away from a seed's cluster
     only by chance. Repeats left out; [] without an nvjet kernel."""
     kernels = list(kernels)

@@ -340,7 +340,7 @@ gemm_wgmma(const uint16_t* __restrict__ A, const uint16_t* __restrict__ B, uint1
     uint32_t it = 0;   // k-tiles issued
     if (tid == 0) {
       TRACE(true, 17);
-      TRACE(true, 18);
+      TRACE(true, 18);   // (17 to 18 bracketed the descriptors' prefetch, now at entry)
       if (first) issue(it++, w0.kb, tm0, cs0, ws0);
     }
     __syncwarp();
