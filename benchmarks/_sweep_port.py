@@ -103,7 +103,8 @@ def sweep_seeds(tpl, arch, shape, tuned: list[Tuned], vendor_kernels=()) -> list
     seeds = seeds_for(shape, tuned, tpl.params, feasible, N_SEEDS, vary=VARY, n_vary=N_VARY,
                       align=tpl.size_align, cost=cost, wave_vary=WAVE_VARY,
                       n_wave=N_WAVE, feasible_at=feasible)
-    vs = vendor_seeds(vendor_kernels, seeds[0], tpl.params, feasible) \
+    vs = vendor_seeds(vendor_kernels, seeds[0], tpl.params, feasible,
+                      tpl.vendor.params if tpl.vendor else None) \
         if seeds and vendor_kernels else []
     have = {tpl.config_key(c) for c in seeds}
     vs = [v for v in vs if tpl.config_key(v) not in have]

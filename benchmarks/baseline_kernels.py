@@ -24,13 +24,8 @@ BF16 = [(1000, 3000, 1000), (3000, 5000, 1000), (1536, 1536, 1536), (7000, 9000,
 def kernels_of(fn) -> list[str]:
     """Names of the CUDA kernels one call of fn launches (after a warm-up call)."""
     import torch
-    from torch.profiler import ProfilerActivity, profile
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    return [e.name for e in prof.events() if e.device_type.name == "CUDA"]
+    from porter.measure.backends.gpu_child import kernel_names
+    return kernel_names(fn, torch.cuda.synchronize)
 
 
 def main(argv=None):

@@ -152,7 +152,8 @@ def port(template: str, arch: str, sizes: Iterable | str | None = None,
     configuration again instead of reusing earlier jobs' measurements of the same template
     snapshot, architecture, GPU, sizes and harness (porter.job.cache). cold=True starts from
     the template's own seeds only, not from the nearest sizes its earlier jobs tuned on the
-    architecture (porter.job.run.near_size_configs). Further options (e.g.
+    architecture (porter.job.run.near_size_configs) nor the vendor's own kernel
+    (porter.job.run.vendor_configs). Further options (e.g.
     trust_template_code=True) go to the engine's port_here as keywords."""
     from rich.console import Console
     from porter.job.run import port_here

@@ -23,7 +23,7 @@ FreshOpt = typer.Option(False, "--fresh", help="measure every configuration agai
                         "sizes and harness)")
 ColdOpt = typer.Option(False, "--cold", help="start from the template's own seeds only, not "
                        "from the best configurations of the nearest sizes its earlier jobs "
-                       "tuned on this architecture")
+                       "tuned on this architecture, nor from the vendor's own kernel")
 
 
 def _store(db):

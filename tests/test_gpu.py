@@ -174,3 +174,31 @@ def test_wgmma_f16_against_torch_matmul(config, size):
     torch.matmul(a, b.T, out=c)
     torch_err = op.error(state)
     assert m.error < 1e-2 and m.error <= 2 * torch_err + 1e-4, (m.error, torch_err)
+
+
+def test_vendor_seed_from_the_profiled_baseline(tmp_path):
+    """Hopper only: the GPU backend reads cuBLAS's kernel at a size through torch's profiler in
+    a process of its own, and `porter port`'s warm start puts its tile into gemm_wgmma's
+    terms: a feasible seed with the vendor's tile, named in the job's note."""
+    pytest.importorskip("torch")
+    import cupy
+    from porter.build.check import static_check
+    from porter.job.run import job_warm_start
+    from porter.measure.backends.gpu import GpuBackend
+    from porter.search.vendor import nvjet_tile
+    if cupy.cuda.Device().compute_capability != "90":
+        pytest.skip("needs sm_90a")
+    store = open_store(f"sqlite:///{tmp_path / 'v.db'}")
+    spec, tpl, arch = make_spec("gemm_wgmma", "sm_90a", ["1000x3000x1000"], 10)
+    be = GpuBackend(timeout_s=10)
+    try:
+        kernels, = be.vendor_kernels(tpl, [(1000, 3000, 1000)])
+        warm, _, note = job_warm_start(store, tpl, arch, spec, 1, be)
+    finally:
+        be.close()
+    tile = next(t for k in kernels if (t := nvjet_tile(k)) is not None)
+    assert warm and "vendor" in note, (kernels, note)
+    seed = warm[0]
+    assert static_check(tpl, arch, seed, [(1000, 3000, 1000)]) is None
+    assert (seed["BM"], seed["BN"]) == (tile["BM"], tile["BN"]) or tile["BN"] not in \
+        tpl.params["BN"], (seed, tile)

@@ -4,13 +4,17 @@ taking it second. Real names from benchmarks/results/baseline_kernels_h100.json;
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from porter.build.check import static_check  # noqa: E402
+from porter.job.jobs import make_spec  # noqa: E402
 from porter.search.vendor import nvjet_tile, vendor_seed, vendor_seeds  # noqa: E402
 from porter.spec.arch import get_arch  # noqa: E402
 from porter.spec.template import find_template  # noqa: E402
@@ -95,3 +99,106 @@ def test_the_sweep_puts_the_vendors_seeds_second():
     assert (v["BM"], v["BN"], v["CLUSTER"]) == (128, 200, 4) and v not in plain
     assert (alone["BM"], alone["BN"], alone["CLUSTER"]) == (128, 200, 1) and alone not in plain
     assert gs.vendor_kernels(NAMES)[shape] == kernels(shape)
+
+
+def test_a_template_may_map_the_names_fields_to_its_own_parameters():
+    params = {"TM": (64, 128), "TN": (128, 256), "S": (2, 4, 6), "CL": (1, 2)}
+    base = {"TM": 64, "TN": 128, "S": 2, "CL": 1}
+    name = ["nvjet_sm90_tst_256x128_64x6_1x2_h_bz_coopA_TNN"]
+    names = {"BM": "TM", "BN": "TN", "STAGES": "S"}
+    # CLUSTER maps to nothing: not set, and no unclustered twin
+    assert vendor_seeds(name, base, params, names=names) == [{"TM": 128, "TN": 256, "S": 6,
+                                                              "CL": 1}]
+    both = vendor_seeds(name, base, params, names={**names, "CLUSTER": "CL"})
+    assert [c["CL"] for c in both] == [2, 1]
+
+
+def _replay_with_names(tmp_path, names_by_size):
+    from porter.measure.backends.replay import RECORDING_FORMAT, ReplayBackend
+    path = tmp_path / "names.json"
+    path.write_text(json.dumps({
+        "format": RECORDING_FORMAT, "template": "gemm_wgmma", "arch": "sm_90a",
+        "param_names": [], "device": {"gpu": "NVIDIA H100 80GB HBM3"}, "trials": {},
+        "vendor_kernels": names_by_size}))
+    return ReplayBackend(path)
+
+
+def test_a_port_starts_from_the_vendors_kernel(tmp_path, monkeypatch):
+    """`porter port`'s warm start (porter.job.run.job_warm_start): the nearest tuned size's
+    best, then cuBLAS's own tile at the job's size and its unclustered twin, then the other
+    near configurations; the note names the kernel. The names are the H100's, recorded by its
+    profiler (baseline_kernels_h100.json), served by the replay backend."""
+    from porter.job.run import job_warm_start, vendor_configs
+    from porter.store.base import open_store
+    from test_near_seeds import BEST_4096, new_job, tuned_job
+    monkeypatch.setenv("PORTER_CACHE_DIR", str(tmp_path / "cache"))
+    store = open_store(f"sqlite:///{tmp_path / 'p.db'}")
+    shape = (1000, 3000, 1000)
+    be = _replay_with_names(tmp_path, {"1000x3000x1000": kernels(shape)})
+    assert be.vendor_kernels(None, [shape, (1, 2, 3)]) == [kernels(shape), []]
+    tuned_job(store, (4096, 4096, 4096), [BEST_4096])
+    spec, tpl, arch, job = new_job(store, "1000x3000x1000")
+    plain, _, plain_note = job_warm_start(store, tpl, arch, spec, job)
+    warm, _, note = job_warm_start(store, tpl, arch, spec, job, be)
+    assert "vendor" not in plain_note and "nvjet_sm90_tst_200x128_64x5_1x4" in note, note
+    assert warm[0] == plain[0] and warm[3:] == plain[1:]
+    v, alone = warm[1:3]
+    assert (v["BM"], v["BN"], v["CLUSTER"]) == (128, 200, 4)
+    assert (alone["BM"], alone["BN"], alone["CLUSTER"]) == (128, 200, 1)
+    assert all(static_check(tpl, arch, c, [shape]) is None for c in (v, alone))
+    # without a tuned size the seed sits on the template's own first configuration
+    spec_b, tpl, arch, job_b = new_job(store, "1000x3000x1000")
+    alone_seeds, _ = vendor_configs(tpl, arch, spec_b, be)
+    assert [(c["BN"], c["CLUSTER"]) for c in alone_seeds] == [(200, 4), (200, 1)]
+    # a cold job, a size the backend has no names for, a template without [vendor]: none
+    spec_c, tpl, arch, _ = new_job(store, "1000x3000x1000", cold=True)
+    assert vendor_configs(tpl, arch, spec_c, be) == ([], "")
+    spec_d, tpl, arch, _ = new_job(store, "1024x3072x1024")
+    assert vendor_configs(tpl, arch, spec_d, be) == ([], "")
+    mma_spec, mma, mma_arch = make_spec("gemm_mma", "sm_90a", ["1000x3000x1000"], 10,
+                                        backend="compile-only")
+    assert mma.vendor is None and vendor_configs(mma, mma_arch, mma_spec, be) == ([], "")
+
+
+def test_a_backend_that_fails_to_name_them_costs_a_seed_not_the_job(tmp_path):
+    from porter.job.run import vendor_configs
+
+    class Broken:
+        vendor_note = ""
+
+        def vendor_kernels(self, template, sizes):
+            raise RuntimeError("profiler unavailable")
+
+    class Quiet:
+        vendor_note = "torch is not installed beside the GPU"
+
+        def vendor_kernels(self, template, sizes):
+            return [[] for _ in sizes]
+    spec, tpl, arch = make_spec("gemm_wgmma", "sm_90a", ["1000x3000x1000"], 10,
+                                backend="compile-only")
+    assert vendor_configs(tpl, arch, spec, Broken()) == \
+        ([], "the vendor's kernels unknown (profiler unavailable)")
+    assert vendor_configs(tpl, arch, spec, Quiet()) == \
+        ([], "no vendor seed: torch is not installed beside the GPU")
+
+
+@pytest.mark.parametrize("section, message", [
+    ('kernels = "cutlass"', "kernels must be one of nvjet"),
+    ('kernels = "nvjet"\nparams = { TILE = "BM" }', "params names 'TILE'"),
+    ('kernels = "nvjet"\nparams = { BM = "ROWS" }', "maps BM to 'ROWS', which is not a "
+     "parameter"),
+    ('kernels = "nvjet"\nextra = 1', "takes kernels and params only"),
+])
+def test_a_bad_vendor_section_is_one_line(tmp_path, section, message):
+    import shutil
+    from porter.errors import TemplateError
+    from porter.spec.template import load_template
+    folder = tmp_path / "t"
+    shutil.copytree(ROOT / "search_spaces" / "gemm_wgmma", folder)
+    toml = folder / "space.toml"
+    text = toml.read_text()
+    start = text.index("[vendor]")
+    end = text.index("[constraints]")
+    toml.write_text(text[:start] + "[vendor]\n" + section + "\n\n" + text[end:])
+    with pytest.raises(TemplateError, match=re.escape(message)):
+        load_template(folder)

@@ -23,7 +23,8 @@ def make_spec(template: str, arch: str, sizes: list[str] | None = None, trials: 
               ) -> tuple[JobSpec, Template, Arch]:
     """sms: multiprocessors of the target product, where it is not the table's (arch_sms).
     fresh: measure every configuration, reusing no earlier job's measurement (porter.job.cache).
-    cold: no warm start from the nearest tuned sizes (porter.job.run.near_size_configs).
+    cold: no warm start from the nearest tuned sizes (porter.job.run.near_size_configs) nor
+    from the vendor's kernel (porter.job.run.vendor_configs).
     trust_template_code: the template's own reference.py may run (embedded ports only);
     service: the job goes to the service, which never imports code that came with it."""
     tpl = find_template(template, templates_dir)

@@ -108,20 +108,70 @@ def near_size_configs(store: Store, tpl, arch, spec, exclude_job: int | None = N
     return out, nearest
 
 
-def job_warm_start(store: Store, tpl, arch, spec, job_id: int
+VENDOR_SIZES = 3    # the job's sizes whose vendor kernels are read, at most (a profile each)
+
+
+def vendor_configs(tpl, arch, spec, backend, base: dict | None = None
+                   ) -> tuple[list[dict], str]:
+    """The template's [vendor] seeds (porter.search.vendor.vendor_seeds): for each of the job's
+    first VENDOR_SIZES sizes, the vendor library's own kernel there (the backend reads the
+    baselines' kernel names) put on `base` (the nearest tuned size's best, else the template's
+    first start configuration) and fitted to the job's sizes; where the vendor runs clusters,
+    the same tile without one too. Returns the configurations and a note for the user (which
+    kernel, or why none). Nothing for a cold job, a template without [vendor], or a backend
+    that cannot tell the kernels."""
+    from porter.build.check import static_check
+    from porter.search.vendor import nvjet_tile, vendor_seeds
+    if spec.cold or tpl.vendor is None or backend is None:
+        return [], ""
+    sizes = [tuple(s) for s in spec.sizes]
+    base = tpl.complete(base or tpl.start_configs()[0])
+
+    def feasible(cfg):
+        return all(cfg.get(p) in vals for p, vals in tpl.params.items()) and \
+            static_check(tpl, arch, cfg, sizes) is None
+    try:
+        by_size = backend.vendor_kernels(tpl, sizes[:VENDOR_SIZES])
+    except Exception as e:  # noqa: BLE001 - a seed fewer, never a failed job
+        return [], f"the vendor's kernels unknown ({e})"
+    out, seen, picked = [], set(), []
+    for kernels in by_size:
+        name = next((k for k in kernels if nvjet_tile(k) is not None), None)
+        if name is None:
+            continue
+        for cfg in vendor_seeds(kernels, base, tpl.params, feasible, tpl.vendor.params):
+            if tpl.config_key(cfg) not in seen:
+                seen.add(tpl.config_key(cfg))
+                out.append(cfg)
+        picked.append(name)
+    if out:
+        return out, (f"{len(out)} from the vendor's own kernel" + ("s " if len(picked) > 1
+                                                                   else " ")
+                     + ", ".join(dict.fromkeys(picked)))
+    why = getattr(backend, "vendor_note", "")
+    return [], ("no vendor seed: " + why) if why else ""
+
+
+def job_warm_start(store: Store, tpl, arch, spec, job_id: int, backend=None
                    ) -> tuple[list[dict], list[tuple[dict, float]], str]:
     """What a job's run starts from: --from-job's best configurations, then the nearest tuned
-    sizes' (near_size_configs), then --from-arch's; the prior of the source jobs'
-    measurements; and a note for the user (empty when there is no warm start)."""
+    sizes' best (near_size_configs), the template's [vendor] seeds read through `backend`
+    (vendor_configs), the other near sizes' configurations, then --from-arch's; the prior of
+    the source jobs' measurements; and a note for the user (empty when there is no warm
+    start)."""
     first = warm_start_configs(store, tpl.name, None, spec.from_job)
     near, sizes = near_size_configs(store, tpl, arch, spec, exclude_job=job_id)
+    vendor, vendor_note = vendor_configs(tpl, arch, spec, backend, near[0] if near else None)
     rest = warm_start_configs(store, tpl.name, spec.from_arch, None) if spec.from_arch else []
-    warm = [*first, *near, *rest]     # (the searcher skips a repeat, and what is not in its space)
+    # (the searcher skips a repeat, and what is not in its space)
+    warm = [*first, *near[:1], *vendor, *near[1:], *rest]
     prior = warm_start_prior(store, tpl.name, spec.from_arch, spec.from_job)
     notes = []
     if near:
         notes.append(f"{len(near)} warm-start configs from the nearest tuned sizes ("
                      + ", ".join("x".join(map(str, s)) for s in sizes) + ")")
+    if vendor_note:
+        notes.append(vendor_note)
     if first or rest:
         notes.append(f"{len(first) + len(rest)} from --from-job/--from-arch and a prior of "
                      f"{len(prior)} measured ones")
@@ -157,7 +207,7 @@ def port_here(template, arch, sizes, trials, minutes, sampler, seed, backend, re
         src, space = template_record(tpl)
         job_id = store.create_job(spec, tpl.name, tpl.source_hash, src, space, status="running",
                                   snapshot=template_snapshot(tpl))
-    warm, prior, warm_note = job_warm_start(store, tpl, a.with_sms(be.sms), spec, job_id)
+    warm, prior, warm_note = job_warm_start(store, tpl, a.with_sms(be.sms), spec, job_id, be)
     total = spec.trials or (None if spec.minutes else 100)
     console.print(f"job {job_id}: {tpl.name} -> {a.name}, sizes "
                   f"{', '.join('x'.join(map(str, s)) for s in spec.sizes)}, backend {be.name}, "

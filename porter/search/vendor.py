@@ -11,8 +11,10 @@ in clusters of 2, which read 0.971 of cuBLAS for our port on an H100 while the s
 a cluster read 0.986-0.994 in the same visit, and the search, started from the clustered seed,
 never tried it).
 
-Nothing here runs a GPU: the caller gets the kernel names (benchmarks/baseline_kernels.py takes
-them from torch's profiler) and passes the shape's static check, which the seed is fitted to."""
+Nothing here runs a GPU: the caller gets the kernel names (the GPU backend's `vendor_kernels`
+takes them from torch's profiler around the op's baselines) and passes the shape's static check,
+which the seed is fitted to. A template asks for these seeds with a [vendor] section
+(`kernels = "nvjet"`; `params` maps the name's fields to its parameters where they differ)."""
 from __future__ import annotations
 
 import re
@@ -23,6 +25,8 @@ from porter.search.warm import repair
 KEEP = ("BM", "BN", "CLUSTER")   # what a repair of the vendor's seed tries to keep first
 
 NVJET = re.compile(r"nvjet_sm\d+a?_\w+?_(\d+)x(\d+)_(\d+)x(\d+)_(\d+)x(\d+)_")
+# the kernel-name families a template's [vendor] section can name, with the fields each yields
+DECODERS = {"nvjet": ("BM", "BN", "BK", "STAGES", "CLUSTER")}
 
 
 def nvjet_tile(name: str) -> dict | None:
@@ -38,11 +42,14 @@ def nvjet_tile(name: str) -> dict | None:
 def vendor_seed(kernels: Iterable[str], base: Mapping[str, Any],
                 params: Mapping[str, Sequence],
                 feasible: Callable[[dict], bool] | None = None,
-                cluster: int | None = None) -> dict | None:
+                cluster: int | None = None,
+                names: Mapping[str, str] | None = None) -> dict | None:
     """`base` (a whole configuration, say the nearest tuned shape's best) with the tile, k-step,
     stages and cluster of the first nvjet kernel among `kernels`, each set to the nearest value
     the template offers (ties to the smaller); parameters the template lacks are left out.
     None without an nvjet kernel. `cluster`: this many CTAs a cluster instead of the vendor's.
+    `names`: the template's parameter for each of the name's fields (nvjet_tile's keys); fields
+    it leaves out set nothing. None: each field sets the parameter of its own name.
     With `feasible`, a configuration it accepts or None: the
     vendor's stages, or else the most that fit below them (the template's epilogue may take
     shared memory the vendor's does not), with one other parameter changed at most, then two
@@ -52,6 +59,10 @@ def vendor_seed(kernels: Iterable[str], base: Mapping[str, Any],
         return None
     if cluster is not None:
         tile = {**tile, "CLUSTER": cluster}
+    rename = {f: f for f in tile} if names is None else dict(names)
+    tile = {rename[f]: v for f, v in tile.items() if rename.get(f)}
+    keep = tuple(rename[f] for f in KEEP if rename.get(f))
+    stage_p = rename.get("STAGES") or "STAGES"
     cfg = dict(base)
     for p, v in tile.items():
         values = [x for x in params.get(p, ()) if isinstance(x, int)]
@@ -59,30 +70,32 @@ def vendor_seed(kernels: Iterable[str], base: Mapping[str, Any],
             cfg[p] = min(values, key=lambda x: (abs(x - v), x))
     if feasible is None:
         return cfg
-    stages = sorted((x for x in params.get("STAGES", ()) if x <= cfg.get("STAGES", 0)),
+    stages = sorted((x for x in params.get(stage_p, ()) if x <= cfg.get(stage_p, 0)),
                     reverse=True)
     for changes in (1, 2):
         for s in stages:
-            fixed = repair({**cfg, "STAGES": s}, params, feasible, changes, keep=(*KEEP, "STAGES"))
+            fixed = repair({**cfg, stage_p: s}, params, feasible, changes, keep=(*keep, stage_p))
             if fixed is not None:
                 return fixed
-    return repair(cfg, params, feasible, keep=KEEP) or repair(cfg, params, feasible)
+    return repair(cfg, params, feasible, keep=keep) or repair(cfg, params, feasible)
 
 
 def vendor_seeds(kernels: Iterable[str], base: Mapping[str, Any],
                  params: Mapping[str, Sequence],
-                 feasible: Callable[[dict], bool] | None = None) -> list[dict]:
+                 feasible: Callable[[dict], bool] | None = None,
+                 names: Mapping[str, str] | None = None) -> list[dict]:
     """The vendor's seed (`vendor_seed`), then, where the vendor runs clusters and the template
     offers CLUSTER 1, the same tile without a cluster, fitted the same way: a cluster's
     gain depends on the rest of the kernel, and the search steps away from a seed's cluster
     only by chance. Repeats left out; [] without an nvjet kernel."""
     kernels = list(kernels)
     out = []
-    first = vendor_seed(kernels, base, params, feasible)
+    first = vendor_seed(kernels, base, params, feasible, names=names)
+    cl = "CLUSTER" if names is None else names.get("CLUSTER")
     if first is not None:
         out.append(first)
-        if first.get("CLUSTER", 1) != 1 and 1 in params.get("CLUSTER", ()):
-            alone = vendor_seed(kernels, base, params, feasible, cluster=1)
+        if cl and first.get(cl, 1) != 1 and 1 in params.get(cl, ()):
+            alone = vendor_seed(kernels, base, params, feasible, cluster=1, names=names)
             if alone is not None and alone != first:
                 out.append(alone)
     return out

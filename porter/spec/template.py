@@ -24,7 +24,7 @@ BUILTIN_DIR = Path(__file__).resolve().parents[2] / "search_spaces"
 INCLUDE_DIR = Path(__file__).resolve().parents[1] / "include"
 
 _TOP_KEYS = {"template", "sizes", "params", "constraints", "launch", "metrics", "verify",
-             "tensor_maps", "resources", "seeds", "op", "variants"}
+             "tensor_maps", "resources", "seeds", "op", "variants", "vendor"}
 _TEMPLATE_KEYS = {"name", "op", "version", "source", "kernel", "requires", "archs",
                   "description", "options"}
 
@@ -34,6 +34,15 @@ class TensorMapSpec:
     buffer: str                 # which op buffer the map describes ("A", "B", "C")
     box: tuple[Expr, ...]       # box extent per dimension, innermost first
     swizzle: int = 128          # 0, 32, 64 or 128 bytes
+
+
+@dataclass(frozen=True)
+class VendorSpec:
+    """[vendor]: the vendor library's own kernel for a job's size is a warm seed. `kernels`
+    names how its kernel names encode the tile (porter.search.vendor.DECODERS); `params` maps
+    each field of the name to the template parameter it sets."""
+    kernels: str
+    params: Mapping[str, str]
 
 
 @dataclass(frozen=True)
@@ -88,6 +97,7 @@ class Template:
     size_align: tuple[float, ...] | None = None
     source_hash: str = field(default="", compare=False)
     op_spec: OpSpec | None = None                  # [op]: an op declared by the template
+    vendor: VendorSpec | None = None               # [vendor]: seed the vendor's own tile
     # porter headers this template compiles against: a snapshot carries its own; None: the
     # project's include folder
     include_dir: Path | None = field(default=None, compare=False)
@@ -311,6 +321,7 @@ def load_template(folder: str | Path, include_dir: Path | None = None,
                                     f"not one of its values {list(params[k])}")
 
     op_spec = parse_op(raw["op"], name, size_names, params) if "op" in raw else None
+    vendor = _vendor(raw["vendor"], name, params) if "vendor" in raw else None
     tpl = Template(
         name=name, folder=folder, op=op_spec.name if op_spec else str(t["op"]), op_spec=op_spec,
         version=str(t.get("version", "1")),
@@ -328,7 +339,7 @@ def load_template(folder: str | Path, include_dir: Path | None = None,
         tile_cost=Expr(launch["tile_cost"]) if "tile_cost" in launch else None,
         metrics=metrics, tensor_maps=tuple(tmaps),
         rtol=verify.get("rtol"), allow_spills=bool(resources.get("allow_spills", False)),
-        seeds=tuple(dict(x) for x in seeds),
+        seeds=tuple(dict(x) for x in seeds), vendor=vendor,
         size_align=tuple(float(x) for x in align) if align is not None else None,
         source_hash=source_hash or _snapshot_hash(folder),
         include_dir=include_dir,
@@ -340,6 +351,34 @@ def load_template(folder: str | Path, include_dir: Path | None = None,
     check_names(tpl)
     from porter.spec.variants import select
     return select(tpl, raw, variant)
+
+
+def _vendor(raw, name: str, params: Mapping[str, tuple]) -> VendorSpec:
+    """[vendor] kernels = "nvjet" and, optionally, params = {FIELD = "PARAM", ...} where a
+    field of the name sets a parameter of another name (by default each field sets the
+    parameter of its own name, where the template has one)."""
+    from porter.search.vendor import DECODERS
+    where = f"template {name!r}: [vendor]"
+    if not isinstance(raw, dict) or set(raw) - {"kernels", "params"}:
+        raise TemplateError(f"{where} takes kernels and params only")
+    kind = raw.get("kernels")
+    if kind not in DECODERS:
+        raise TemplateError(f"{where} kernels must be one of {', '.join(DECODERS)}, not "
+                            f"{kind!r}")
+    fields = DECODERS[kind]
+    given = raw.get("params", {f: f for f in fields if f in params})
+    if not isinstance(given, dict):
+        raise TemplateError(f"{where} params must be a table FIELD = \"PARAM\"")
+    for f, p in given.items():
+        if f not in fields:
+            raise TemplateError(f"{where} params names {f!r}; {kind} names give "
+                                + ", ".join(fields))
+        if p not in params:
+            raise TemplateError(f"{where} maps {f} to {p!r}, which is not a parameter")
+    if not given:
+        raise TemplateError(f"{where}: none of the fields {', '.join(fields)} is a parameter; "
+                            "map them with params = {FIELD = \"PARAM\"}")
+    return VendorSpec(str(kind), dict(given))
 
 
 def _snapshot_hash(folder: Path) -> str:

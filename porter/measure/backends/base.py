@@ -38,6 +38,12 @@ class Backend(ABC):
         so the search never spends its budget on them."""
         return True
 
+    def vendor_kernels(self, template: Template, sizes) -> list[list[str]]:
+        """For each of `sizes`, the names of the kernels the op's vendor baselines launch
+        there, the fastest baseline's first (what a template's [vendor] section reads its seed
+        from); [] for a size where this backend cannot tell."""
+        return [[] for _ in sizes]
+
     def close(self) -> None:
         pass
 

@@ -73,6 +73,7 @@ class GpuBackend(Backend):
         self._conn = None
         self._device: dict = {}
         self.fresh_baseline = False   # re-time the vendor baseline next to every variant
+        self.vendor_note = ""         # why vendor_kernels found none, when it did not
 
     # ---- child management -----------------------------------------------------------
     def _start(self):
@@ -124,6 +125,28 @@ class GpuBackend(Backend):
             code = self._proc.exitcode if self._proc else None
             self._kill()
             return {"crashed_exit": code}
+
+    # ---- the vendor's kernels ----------------------------------------------------------
+    def vendor_kernels(self, template, sizes) -> list[list[str]]:
+        """The op's baselines run at each size under torch's profiler, in one process of their
+        own (the measuring process never loads the profiler): the fastest baseline's kernels
+        first. Nothing without torch on the machine or when the profiler fails; `vendor_note`
+        then says why."""
+        sizes = [tuple(s) for s in sizes]
+        job = {"op": template.op, "template_dir": str(template.folder), "sizes": sizes,
+               "seed": self.opts["seed"],
+               "trust_template_code": getattr(self, "trust_template_code", False)}
+        import porter.measure.backends.gpu_child as gpu_child
+        with self._ctx.Pool(1) as pool:
+            try:
+                reply = pool.apply_async(gpu_child.vendor_kernels, (job,)).get(
+                    PREPARE_S * max(1, len(sizes)))
+            except Exception as e:  # noqa: BLE001 - no names is one seed fewer, not a failure
+                reply = {"kernels": [], "message": "profiling the baselines: "
+                         f"{e or type(e).__name__}"}
+        self.vendor_note = reply.get("message", "")
+        got = [list(k) for k in reply.get("kernels", ())]
+        return got + [[] for _ in sizes[len(got):]]
 
     # ---- one trial --------------------------------------------------------------------
     def measure(self, template, arch, config, compiled, sizes) -> Outcome:

@@ -266,6 +266,57 @@ class Child:
         return lambda: func(grid, block, np_args, shared_mem=smem)
 
 
+def kernel_names(fn, sync) -> list[str]:
+    """Names of the CUDA kernels one call of fn launches, after a warm-up call (torch's
+    profiler; its CUDA activity covers every kernel of the process, CuPy's cuBLAS calls too)."""
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    sync()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        sync()
+    return [e.name for e in prof.events() if e.device_type.name == "CUDA"]
+
+
+def vendor_kernels(job) -> dict:
+    """GpuBackend.vendor_kernels' process: for each of the job's sizes, the kernels each
+    baseline of the op launches there, the fastest baseline's first (each timed alone)."""
+    try:
+        import torch  # noqa: F401 - the profiler is torch's
+    except ImportError:
+        return {"kernels": [], "message": "torch is not installed beside the GPU: the vendor's "
+                "kernel names are unknown"}
+    import cupy as cp
+    from porter.measure.ops import make_op
+    op = make_op(job["op"], job.get("template_dir", ""), bool(job.get("trust_template_code")))
+
+    def sync():
+        cp.cuda.Device().synchronize()
+        torch.cuda.synchronize()
+
+    def median_ms(fn, reps=10):
+        fn()
+        sync()
+        ev = [(cp.cuda.Event(), cp.cuda.Event()) for _ in range(reps)]
+        for a, b in ev:
+            a.record()
+            fn()
+            b.record()
+        sync()
+        return statistics.median(cp.cuda.get_elapsed_time(a, b) for a, b in ev)
+    out = []
+    for size in job["sizes"]:
+        state = op.setup(tuple(size), int(job.get("seed", 0)))
+        bases = op.baselines(state)
+        names: list[str] = []
+        for n in sorted(bases, key=lambda n: median_ms(bases[n])):
+            names += [k for k in kernel_names(bases[n], sync) if k not in names]
+        out.append(names)
+        del state, bases
+    return {"kernels": out, "message": "" if any(out) else
+            "the profiler saw no kernel of the baselines"}
+
+
 def main(conn, opts):
     try:
         child = Child(opts)

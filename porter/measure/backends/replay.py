@@ -45,6 +45,9 @@ class ReplayBackend(Backend):
             self.device = dict(data.get("device", {}))
             self.entries = data["trials"]
             self.params = tuple(data.get("param_names", ()))
+            # optional: the vendor baselines' kernel names by size ("MxNxK": [...]), as the
+            # GPU backend's profiler read them (vendor_kernels)
+            self.vendor = {str(k): list(v) for k, v in data.get("vendor_kernels", {}).items()}
         elif isinstance(data, dict) and "cache" in data and "tune_params_keys" in data:
             self.kind = "kt"
             self.device = {"gpu": data.get("device_name", "")}
@@ -52,12 +55,16 @@ class ReplayBackend(Backend):
             self.problem_size = tuple(data.get("problem_size") or ())
             self.entries = data["cache"]
             self.tune_params = data["tune_params"]
+            self.vendor = {}
         else:
             raise SpecError(f"{source} is neither a porter recording nor a Kernel Tuner cache")
         self.device["replay_source"] = Path(source).name
 
     def device_info(self) -> dict:
         return dict(self.device, backend="replay")
+
+    def vendor_kernels(self, template, sizes) -> list[list[str]]:
+        return [list(self.vendor.get("x".join(map(str, s)), ())) for s in sizes]
 
     def key(self, config: dict) -> str:
         names = self.params or tuple(config)
