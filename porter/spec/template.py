@@ -18,7 +18,7 @@ from porter.spec.arch import ARCHS, FEATURES, Arch, check_features
 from porter.errors import SpecError, TemplateError
 from porter.spec.expr import Expr
 from porter.spec.opspec import OpSpec, parse_op
-from porter.spec.template_checks import check_includes, check_names
+from porter.spec.template_checks import VendorSpec, check_includes, check_names, parse_vendor
 
 BUILTIN_DIR = Path(__file__).resolve().parents[2] / "search_spaces"
 INCLUDE_DIR = Path(__file__).resolve().parents[1] / "include"
@@ -34,15 +34,6 @@ class TensorMapSpec:
     buffer: str                 # which op buffer the map describes ("A", "B", "C")
     box: tuple[Expr, ...]       # box extent per dimension, innermost first
     swizzle: int = 128          # 0, 32, 64 or 128 bytes
-
-
-@dataclass(frozen=True)
-class VendorSpec:
-    """[vendor]: the vendor library's own kernel for a job's size is a warm seed. `kernels`
-    names how its kernel names encode the tile (porter.search.vendor.DECODERS); `params` maps
-    each field of the name to the template parameter it sets."""
-    kernels: str
-    params: Mapping[str, str]
 
 
 @dataclass(frozen=True)
@@ -321,7 +312,7 @@ def load_template(folder: str | Path, include_dir: Path | None = None,
                                     f"not one of its values {list(params[k])}")
 
     op_spec = parse_op(raw["op"], name, size_names, params) if "op" in raw else None
-    vendor = _vendor(raw["vendor"], name, params) if "vendor" in raw else None
+    vendor = parse_vendor(raw["vendor"], name, params) if "vendor" in raw else None
     tpl = Template(
         name=name, folder=folder, op=op_spec.name if op_spec else str(t["op"]), op_spec=op_spec,
         version=str(t.get("version", "1")),
@@ -351,34 +342,6 @@ def load_template(folder: str | Path, include_dir: Path | None = None,
     check_names(tpl)
     from porter.spec.variants import select
     return select(tpl, raw, variant)
-
-
-def _vendor(raw, name: str, params: Mapping[str, tuple]) -> VendorSpec:
-    """[vendor] kernels = "nvjet" and, optionally, params = {FIELD = "PARAM", ...} where a
-    field of the name sets a parameter of another name (by default each field sets the
-    parameter of its own name, where the template has one)."""
-    from porter.search.vendor import DECODERS
-    where = f"template {name!r}: [vendor]"
-    if not isinstance(raw, dict) or set(raw) - {"kernels", "params"}:
-        raise TemplateError(f"{where} takes kernels and params only")
-    kind = raw.get("kernels")
-    if kind not in DECODERS:
-        raise TemplateError(f"{where} kernels must be one of {', '.join(DECODERS)}, not "
-                            f"{kind!r}")
-    fields = DECODERS[kind]
-    given = raw.get("params", {f: f for f in fields if f in params})
-    if not isinstance(given, dict):
-        raise TemplateError(f"{where} params must be a table FIELD = \"PARAM\"")
-    for f, p in given.items():
-        if f not in fields:
-            raise TemplateError(f"{where} params names {f!r}; {kind} names give "
-                                + ", ".join(fields))
-        if p not in params:
-            raise TemplateError(f"{where} maps {f} to {p!r}, which is not a parameter")
-    if not given:
-        raise TemplateError(f"{where}: none of the fields {', '.join(fields)} is a parameter; "
-                            "map them with params = {FIELD = \"PARAM\"}")
-    return VendorSpec(str(kind), dict(given))
 
 
 def _snapshot_hash(folder: Path) -> str:
