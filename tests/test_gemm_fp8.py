@@ -22,11 +22,10 @@ from porter.measure.ops.gemm_fp8 import (E4M3, E5M2, check_size, dequantize, fro
                                          from_fp8, quantize, to_e4m3, to_fp8)
 from porter.spec.arch import ARCHS, check_features, get_arch
 from porter.spec.template import INCLUDE_DIR, find_template
+from fp8_configs import BASE
 
 ROOT = Path(__file__).resolve().parents[1]
 SM90A = ARCHS["sm_90a"]
-BASE = dict(BM=128, BN=256, STAGES=4, CONSUMERS=2, GROUP_M=16, CLUSTER=1, EPI=3, STREAMK=0,
-            PROMOTE=0, ORDERED=0, EARLY_SCALES=0, PINGPONG=0, PSETS=1)
 BIG = (8192, 8192, 8192, 1, 1)
 CONFIGS = [
     BASE,

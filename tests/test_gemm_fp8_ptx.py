@@ -6,10 +6,9 @@ from __future__ import annotations
 from porter.build.compile import _nvrtc_compile, options_for
 from porter.spec.arch import ARCHS
 from porter.spec.template import find_template
+from fp8_configs import BASE
 
 SM90A = ARCHS["sm_90a"]
-BASE = dict(BM=128, BN=256, STAGES=4, CONSUMERS=2, GROUP_M=16, CLUSTER=1, EPI=3, STREAMK=0,
-            PROMOTE=0, ORDERED=0, EARLY_SCALES=0, PINGPONG=0, PSETS=1)
 
 
 def test_early_scales_are_loaded_before_the_mmas():

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fp8_configs import BASE
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -27,8 +28,6 @@ def _has_hopper():
 
 needs_gpu = pytest.mark.skipif(not _has_hopper(), reason="no Hopper GPU with CuPy and torch")
 
-BASE = dict(BM=128, BN=256, STAGES=4, CONSUMERS=2, GROUP_M=16, CLUSTER=1, EPI=3, STREAMK=0,
-            PROMOTE=0, ORDERED=0, EARLY_SCALES=0, PINGPONG=0, PSETS=1)
 FAST = [BASE, {**BASE, "EPI": 0}, {**BASE, "STREAMK": 1}, {**BASE, "CLUSTER": 2, "ORDERED": 1},
         {**BASE, "BM": 64, "BN": 128, "CONSUMERS": 1, "STAGES": 8},
         {**BASE, "BM": 256, "BN": 64}, {**BASE, "BM": 256, "BN": 64, "EARLY_SCALES": 1},
