@@ -154,7 +154,7 @@ def test_cu_of_a_bf16_gemm_still_encodes_bf16(tmp_path):
 
 def test_exported_fp8_cu_compiles(fp8_cu, tmp_path):
     """NVRTC (the device code; the host launcher is skipped there) and, where nvcc exists, the
-    whole translation unit with its host launcher (no PORTER_MAIN program for this op)."""
+    whole translation unit with its host launcher (its PORTER_MAIN program: test_export_cu_main)."""
     from porter.build.compile import BASE_OPTIONS, _nvrtc_compile
     text = fp8_cu.read_text()
     ok, log, cubin = _nvrtc_compile(text, fp8_cu.name,

@@ -2,7 +2,10 @@
 given as `prog 4096x4096x4096`), launches through the exported launcher, checks the output
 against a plain reference kernel (fp32, one thread per output) and prints one JSON line with
 the median time over repeats, L2 flushed before each, as porter measures. Exit status 1 when
-the output is wrong."""
+the output is wrong. The ops with one: gemm (bf16) and gemm_f16, gemm_fp8 and gemm_fp8_e5m2
+(random codes of a bounded exponent range, random scales; size MxNxKxSCALINGxACCUM, where
+SCALING picks the scales at run time and ACCUM only names the accumulation the kernel was built
+for), rmsnorm, and imported Kernel Tuner kernels."""
 from __future__ import annotations
 
 import json
@@ -36,6 +39,22 @@ static unsigned long long porter_rng = 0x9E3779B97F4A7C15ULL;
 [[maybe_unused]] __device__ __forceinline__ float porter_ref_float(unsigned short h) {
   return __uint_as_float(((unsigned)h) << 16);
 }
+// fp16 bits -> float, every class (subnormals, infinities and NaN included)
+[[maybe_unused]] __host__ __device__ static float porter_half_float(unsigned short h) {
+  const int e = (h >> 10) & 31, m = h & 1023;
+  const float v = e == 0 ? ldexpf((float)m, -24) : e == 31 ? (m ? NAN : INFINITY)
+                  : ldexpf((float)(1024 + m), e - 25);
+  return (h & 0x8000) ? -v : v;
+}
+// an fp8 code (e5m2 where e5m2, else e4m3) -> float; finite codes (e4m3's 0x7F and e5m2's
+// exponent 31 are NaN / infinity: porter_fp8_code never makes them)
+[[maybe_unused]] __host__ __device__ static float porter_fp8_float(unsigned char b, bool e5m2) {
+  const int eb = e5m2 ? 2 : 3, bias = e5m2 ? 15 : 7;
+  const int e = (b >> eb) & (e5m2 ? 31 : 15), m = b & ((1 << eb) - 1);
+  const float v = e == 0 ? ldexpf((float)m, 1 - bias - eb) : ldexpf((float)((1 << eb) + m),
+                                                                     e - bias - eb);
+  return (b & 0x80) ? -v : v;
+}
 [[maybe_unused]] static unsigned short* porter_random_bf16(size_t n, float scale, float offset) {
   std::vector<unsigned short> h(n);
   for (size_t i = 0; i < n; ++i) h[i] = porter_host_bf16(offset + scale * porter_uniform());
@@ -44,16 +63,48 @@ static unsigned long long porter_rng = 0x9E3779B97F4A7C15ULL;
   PORTER_CHECK(cudaMemcpy(d, h.data(), n * 2, cudaMemcpyHostToDevice));
   return d;
 }
-// ||out - ref|| / ||ref|| of n bf16 outputs against an fp32 reference, both on the device
+// random codes: normal fp16 of magnitude 1/8 to 4; fp8 of 1/8 to 15 (e4m3) or 1/8 to 7 (e5m2),
+// never NaN or infinity; both signs
+[[maybe_unused]] static unsigned short porter_half_code() {
+  porter_uniform();
+  const unsigned r = (unsigned)(porter_rng >> 33);
+  return (unsigned short)(((r & 1u) << 15) | ((12u + (r >> 1) % 5u) << 10) | ((r >> 4) & 1023u));
+}
+[[maybe_unused]] static unsigned char porter_fp8_code(bool e5m2) {
+  porter_uniform();
+  const unsigned r = (unsigned)(porter_rng >> 33);
+  return (unsigned char)(e5m2 ? ((r & 1u) << 7) | ((12u + (r >> 1) % 6u) << 2) | ((r >> 4) & 3u)
+                              : ((r & 1u) << 7) | ((4u + (r >> 1) % 7u) << 3) | ((r >> 4) & 7u));
+}
+// (scale and offset: as porter_random_bf16's, unused)
+[[maybe_unused]] static unsigned short* porter_random_half(size_t n, float, float) {
+  std::vector<unsigned short> h(n);
+  for (size_t i = 0; i < n; ++i) h[i] = porter_half_code();
+  unsigned short* d = 0;
+  PORTER_CHECK(cudaMalloc(&d, n * 2));
+  PORTER_CHECK(cudaMemcpy(d, h.data(), n * 2, cudaMemcpyHostToDevice));
+  return d;
+}
+[[maybe_unused]] static unsigned char* porter_random_fp8(size_t n, bool e5m2) {
+  std::vector<unsigned char> h(n);
+  for (size_t i = 0; i < n; ++i) h[i] = porter_fp8_code(e5m2);
+  unsigned char* d = 0;
+  PORTER_CHECK(cudaMalloc(&d, n));
+  PORTER_CHECK(cudaMemcpy(d, h.data(), n, cudaMemcpyHostToDevice));
+  return d;
+}
+// ||out - ref|| / ||ref|| of n 16-bit outputs (decoded by `decode`: bf16 by default) against
+// an fp32 reference, both on the device
 [[maybe_unused]] static double porter_rel_error(const unsigned short* out, const float* ref,
-                                                size_t n) {
+                                                size_t n,
+                                                float (*decode)(unsigned short) = porter_host_float) {
   std::vector<unsigned short> ho(n);
   std::vector<float> hr(n);
   PORTER_CHECK(cudaMemcpy(ho.data(), out, n * 2, cudaMemcpyDeviceToHost));
   PORTER_CHECK(cudaMemcpy(hr.data(), ref, n * 4, cudaMemcpyDeviceToHost));
   double num = 0, den = 0;
   for (size_t i = 0; i < n; ++i) {
-    double d = porter_host_float(ho[i]) - hr[i];
+    double d = decode(ho[i]) - hr[i];
     num += d * d; den += (double)hr[i] * hr[i];
   }
   return den > 0 ? sqrt(num / den) : sqrt(num);
@@ -108,7 +159,7 @@ __global__ void porter_reference(const unsigned short* A, const unsigned short* 
   if (n >= N) return;
   float acc = 0.f;
   for (int k = 0; k < K; ++k)
-    acc += porter_ref_float(A[(size_t)m * K + k]) * porter_ref_float(B[(size_t)n * K + k]);
+    acc += @REF@(A[(size_t)m * K + k]) * @REF@(B[(size_t)n * K + k]);
   R[(size_t)m * N + n] = acc;
 }
 int main(int argc, char** argv) {
@@ -116,8 +167,8 @@ int main(int argc, char** argv) {
   porter_parse_size(argc, argv, dims, 3);
   int reps = argc > 2 ? atoi(argv[2]) : 0;
   const int M = (int)dims[0], N = (int)dims[1], K = (int)dims[2];
-  unsigned short* A = porter_random_bf16((size_t)M * K, 1.f, 0.f);
-  unsigned short* B = porter_random_bf16((size_t)N * K, 1.f, 0.f);
+  unsigned short* A = @RANDOM@((size_t)M * K, 1.f, 0.f);
+  unsigned short* B = @RANDOM@((size_t)N * K, 1.f, 0.f);
   unsigned short* C = 0; float* R = 0; void* ws = 0;
   size_t ws_bytes = @KERNEL@_workspace_bytes(M, N, K);
   PORTER_CHECK(cudaMalloc(&C, (size_t)M * N * 2));
@@ -125,18 +176,75 @@ int main(int argc, char** argv) {
   PORTER_CHECK(cudaMalloc(&R, (size_t)M * N * 4));
   PORTER_CHECK(cudaMalloc(&ws, ws_bytes > 16 ? ws_bytes : 16));
   PORTER_CHECK(cudaMemset(ws, 0, ws_bytes > 16 ? ws_bytes : 16));
-  auto run = [&]() { PORTER_CHECK(launch_@KERNEL@((const bf16_t*)A, (const bf16_t*)B,
-                                                  (bf16_t*)C, M, N, K, ws, 0)); };
+  auto run = [&]() { PORTER_CHECK(launch_@KERNEL@((const @ELEM@*)A, (const @ELEM@*)B,
+                                                  (@ELEM@*)C, M, N, K, ws, 0)); };
   run();
   PORTER_CHECK(cudaDeviceSynchronize());
   porter_reference<<<dim3((N + 127) / 128, M), 128>>>(A, B, R, M, N, K);
   PORTER_CHECK(cudaDeviceSynchronize());
-  double err = porter_rel_error(C, R, (size_t)M * N);
+  double err = porter_rel_error(C, R, (size_t)M * N, @DECODE@);
   bool ok = err <= @RTOL@;   // NaN fails too
   double ms = porter_median_ms(run, reps);
   printf("{\"kernel\": \"@KERNEL@\", \"size\": [%d, %d, %d], \"correct\": %s, \"error\": %.3g, "
          "\"time_ms\": %.6f, \"tflops\": %.1f}\n", M, N, K, ok ? "true" : "false", err, ms,
          2.0 * M * N * K / ms / 1e9);
+  return ok ? 0 : 1;
+}
+#endif  // PORTER_MAIN
+"""
+
+_GEMM_FP8 = r"""
+__global__ void porter_reference(const unsigned char* A, const unsigned char* B, const float* sa,
+                                 const float* sb, float* R, int M, int N, int K, int scaling) {
+  int n = blockIdx.x * blockDim.x + threadIdx.x, m = blockIdx.y;
+  if (n >= N) return;
+  float acc = 0.f;
+  for (int k = 0; k < K; ++k)
+    acc += porter_fp8_float(A[(size_t)m * K + k], @E5M2_A@) *
+           porter_fp8_float(B[(size_t)n * K + k], false);
+  R[(size_t)m * N + n] = acc * (scaling == 2 ? sa[m] * sb[n] : sa[0] * sb[0]);
+}
+static float* porter_scales(int n, bool random) {   // per row / column: 0.5 to 1.5
+  std::vector<float> h(n);
+  for (int i = 0; i < n; ++i) h[i] = random ? 1.f + 0.5f * porter_uniform() : 0.5f;
+  float* d = 0;
+  PORTER_CHECK(cudaMalloc(&d, n * 4));
+  PORTER_CHECK(cudaMemcpy(d, h.data(), n * 4, cudaMemcpyHostToDevice));
+  return d;
+}
+int main(int argc, char** argv) {
+  long long dims[5] = {@SIZE@};
+  porter_parse_size(argc, argv, dims, 5);
+  int reps = argc > 2 ? atoi(argv[2]) : 0;
+  const int M = (int)dims[0], N = (int)dims[1], K = (int)dims[2], scaling = (int)dims[3];
+  if (scaling != 1 && scaling != 2) {
+    fprintf(stderr, "size: SCALING (the fourth number) is 1 (per tensor) or 2 (per row and "
+            "column)\n");
+    exit(2);
+  }
+  unsigned char* A = porter_random_fp8((size_t)M * K, @E5M2_A@);
+  unsigned char* B = porter_random_fp8((size_t)N * K, false);
+  float* sa = porter_scales(scaling == 2 ? M : 1, scaling == 2);
+  float* sb = porter_scales(scaling == 2 ? N : 1, scaling == 2);
+  unsigned short* C = 0; float* R = 0; void* ws = 0;
+  size_t ws_bytes = @KERNEL@_workspace_bytes(M, N, K, scaling, dims[4]);
+  PORTER_CHECK(cudaMalloc(&C, (size_t)M * N * 2));
+  PORTER_CHECK(cudaMemset(C, 0xff, (size_t)M * N * 2));   // NaN: unwritten elements fail
+  PORTER_CHECK(cudaMalloc(&R, (size_t)M * N * 4));
+  PORTER_CHECK(cudaMalloc(&ws, ws_bytes > 16 ? ws_bytes : 16));
+  PORTER_CHECK(cudaMemset(ws, 0, ws_bytes > 16 ? ws_bytes : 16));
+  auto run = [&]() { PORTER_CHECK(launch_@KERNEL@(A, B, (bf16_t*)C, sa, sb, M, N, K, scaling,
+                                                  ws, 0)); };
+  run();
+  PORTER_CHECK(cudaDeviceSynchronize());
+  porter_reference<<<dim3((N + 127) / 128, M), 128>>>(A, B, sa, sb, R, M, N, K, scaling);
+  PORTER_CHECK(cudaDeviceSynchronize());
+  double err = porter_rel_error(C, R, (size_t)M * N);
+  bool ok = err <= @RTOL@;   // NaN fails too
+  double ms = porter_median_ms(run, reps);
+  printf("{\"kernel\": \"@KERNEL@\", \"size\": [%d, %d, %d, %d, %lld], \"correct\": %s, "
+         "\"error\": %.3g, \"time_ms\": %.6f, \"tflops\": %.1f}\n", M, N, K, scaling, dims[4],
+         ok ? "true" : "false", err, ms, 2.0 * M * N * K / ms / 1e9);
   return ok ? 0 : 1;
 }
 #endif  // PORTER_MAIN
@@ -246,8 +354,14 @@ def main_program(tpl: Template, a: Arch, ops: OpArgs, size, sizes: dict) -> str:
     """The PORTER_MAIN section for this template's op ('' for an op without one)."""
     size = tuple(size) if size else tpl.default_sizes[0]
     rtol = tpl.rtol or 1e-2
-    if tpl.op == "gemm":
-        body = _GEMM
+    if tpl.op in ("gemm", "gemm_f16"):
+        half = tpl.op == "gemm_f16"
+        body = (_GEMM.replace("@REF@", "porter_half_float" if half else "porter_ref_float")
+                .replace("@RANDOM@", "porter_random_half" if half else "porter_random_bf16")
+                .replace("@ELEM@", "f16_t" if half else "bf16_t")
+                .replace("@DECODE@", "porter_half_float" if half else "porter_host_float"))
+    elif tpl.op in ("gemm_fp8", "gemm_fp8_e5m2"):
+        body = _GEMM_FP8.replace("@E5M2_A@", "true" if tpl.op == "gemm_fp8_e5m2" else "false")
     elif tpl.op == "rmsnorm":
         body = _RMSNORM
     elif tpl.op == "kt":
