@@ -160,6 +160,12 @@ def test_a_port_starts_from_the_vendors_kernel(tmp_path, monkeypatch):
     assert mma.vendor is None and vendor_configs(mma, mma_arch, mma_spec, be) == ([], "")
 
 
+def test_a_recording_with_bad_names_is_refused_in_one_line(tmp_path):
+    from porter.errors import SpecError
+    with pytest.raises(SpecError, match="vendor_kernels must map sizes"):
+        _replay_with_names(tmp_path, {"1000x3000x1000": "nvjet_sm90_tst_200x128_64x5_1x4"})
+
+
 def test_a_backend_that_fails_to_name_them_costs_a_seed_not_the_job(tmp_path):
     from porter.job.run import vendor_configs
 

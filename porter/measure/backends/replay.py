@@ -47,7 +47,13 @@ class ReplayBackend(Backend):
             self.params = tuple(data.get("param_names", ()))
             # optional: the vendor baselines' kernel names by size ("MxNxK": [...]), as the
             # GPU backend's profiler read them (vendor_kernels)
-            self.vendor = {str(k): list(v) for k, v in data.get("vendor_kernels", {}).items()}
+            vendor = data.get("vendor_kernels", {})
+            if not isinstance(vendor, dict) or not all(
+                    isinstance(v, list) and all(isinstance(k, str) for k in v)
+                    for v in vendor.values()):
+                raise SpecError(f"{source}: vendor_kernels must map sizes (\"MxNxK\") to lists "
+                                "of kernel names")
+            self.vendor = {str(k): list(v) for k, v in vendor.items()}
         elif isinstance(data, dict) and "cache" in data and "tune_params_keys" in data:
             self.kind = "kt"
             self.device = {"gpu": data.get("device_name", "")}
