@@ -102,8 +102,10 @@ def drive_job(self, job_id) -> str:
         return "failed"
     spec = info.spec
     try:
-        warm, prior, _ = job_warm_start(store, tpl, arch.with_sms(backend.sms), spec, job_id,
-                                        backend)
+        warm, prior, note = job_warm_start(store, tpl, arch.with_sms(backend.sms), spec, job_id,
+                                           backend)
+        if note:
+            log.info("job %s starts from %s", job_id, note)
         summary = run_job(store, job_id, spec, tpl, arch, backend,
                           hooks=ServiceHooks(driver, redis_try), warm_start=warm, prior=prior,
                           worker=f"service:{driver}")
