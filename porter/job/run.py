@@ -42,6 +42,17 @@ def warm_start_prior(store: Store, template_name: str, from_arch: str | None,
     return list(best.values())
 
 
+def feasible_in(tpl, arch, sizes):
+    """feasible(cfg, size=None): cfg takes only values the template offers and passes the
+    static check at `size`, or at every one of `sizes` (a warm seed's test)."""
+    from porter.build.check import static_check
+
+    def feasible(cfg, size=None):
+        return all(cfg.get(p) in vals for p, vals in tpl.params.items()) and \
+            static_check(tpl, arch, cfg, [tuple(size)] if size else sizes) is None
+    return feasible
+
+
 NEAR_SEEDS = 8      # warm-start configurations drawn from the nearest tuned sizes, at most
 NEAR_WAVE = 3       # of those, tile shapes that fill this size's waves better ([launch] tiles)
 
@@ -59,7 +70,6 @@ def near_size_configs(store: Store, tpl, arch, spec, exclude_job: int | None = N
     the tuned sizes nearest to the job's first size (up to three). Nothing for a cold job or
     where no job of the template tuned a size."""
     import itertools
-    from porter.build.check import static_check
     from porter.job.loop import trial_budget
     from porter.search.warm import seeds_for, size_distance, tuned_from_store
     if spec.cold:
@@ -80,12 +90,7 @@ def near_size_configs(store: Store, tpl, arch, spec, exclude_job: int | None = N
     wave_vary = [p for p in tpl.params if p in names]
     sizes = [tuple(s) for s in spec.sizes]
 
-    def in_domain(cfg):
-        return all(cfg.get(p) in vals for p, vals in tpl.params.items())
-
-    def feasible_at(cfg, size=None):
-        return in_domain(cfg) and \
-            static_check(tpl, arch, cfg, [tuple(size)] if size else sizes) is None
+    feasible_at = feasible_in(tpl, arch, sizes)
 
     def cost_at(size):
         def cost(cfg):
@@ -120,16 +125,12 @@ def vendor_configs(tpl, arch, spec, backend, base: dict | None = None
     the same tile without one too. Returns the configurations and a note for the user (which
     kernel, or why none). Nothing for a cold job, a template without [vendor], or a backend
     that cannot tell the kernels."""
-    from porter.build.check import static_check
     from porter.search.vendor import nvjet_tile, vendor_seeds
     if spec.cold or tpl.vendor is None or backend is None:
         return [], ""
     sizes = [tuple(s) for s in spec.sizes]
     base = tpl.complete(base or tpl.start_configs()[0])
-
-    def feasible(cfg):
-        return all(cfg.get(p) in vals for p, vals in tpl.params.items()) and \
-            static_check(tpl, arch, cfg, sizes) is None
+    feasible = feasible_in(tpl, arch, sizes)
     try:
         by_size = backend.vendor_kernels(tpl, sizes[:VENDOR_SIZES])
     except Exception as e:  # noqa: BLE001 - a seed fewer, never a failed job
