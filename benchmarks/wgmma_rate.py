@@ -38,9 +38,12 @@ SMEM_LIMIT = 232448                # opt-in dynamic shared memory a block (sm_90
 # one for the 64-row tiles
 CASES = [("128x256", 1, 2), ("128x192", 1, 2), ("128x152", 1, 2), ("128x128", 1, 2),
          ("256x192", 2, 2), ("256x160", 2, 2), ("256x152", 2, 2), ("256x128", 2, 2),
-         ("192x192", 1, 3), ("64x256", 1, 1)]
+         ("192x192", 1, 3), ("64x256", 1, 1),
+         # a ping-pong consumer's k-loop: one warpgroup holding a whole 128-row tile (MT = 2)
+         ("128x128", 2, 1), ("128x192", 2, 1)]
 # gemm_fp8's tiles (e4m3, k-tiles of 128: twice the MACs a byte of bf16's)
-CASES_FP8 = [("128x256", 1, 2), ("128x192", 1, 2), ("128x144", 1, 2), ("128x128", 1, 2)]
+CASES_FP8 = [("128x256", 1, 2), ("128x192", 1, 2), ("128x144", 1, 2), ("128x128", 1, 2),
+             ("128x128", 2, 1)]   # the ping-pong consumer's (gemm_fp8 PINGPONG = 1)
 
 
 def stages_for(bm: int, bn: int, want: int = 4) -> int:
@@ -95,7 +98,7 @@ def run(out: Path, iters: int) -> dict:
         if not ok or spills:
             rec.update(status="compile_failed", reason=(log or "spills")[-300:])
             continue
-        path = out / f".wgmma_rate_{case['tile']}_{case['LOADS']}.cubin"
+        path = out / f".wgmma_rate_{case['tile']}_{case['WGS']}_{case['LOADS']}.cubin"
         path.write_bytes(cubin)
         mod = cp.RawModule(path=str(path))
         fn = mod.get_function("wgmma_rate")
