@@ -35,7 +35,11 @@
 #                                                scalings, ~35 s: PSETS=2 beside the others)
 #   bash benchmarks/device_runs.sh trace         the CTAs' timelines (gemm_trace.py) of 256-row
 #                                                tiles beside 128x256 at aligned K: how long a
-#                                                k-tile takes with real loads (~120 s)
+#                                                k-tile takes with real loads (~120 s);
+#                                                TRACE_PROBES=FILE traces FILE's configurations
+#                                                (gemm_trace_pingpong.json: ping-pong beside
+#                                                cooperative, how long a consumer's k-loop and
+#                                                the hand-over between the two take)
 #   bash benchmarks/device_runs.sh rate          the tensor pipe's rate for each tile shape's
 #                                                k-loop alone and with loads (wgmma_rate.py, ~15 s)
 #   bash benchmarks/device_runs.sh ring          gemm_wgmma's EPI=5 (the epilogue staged in the
@@ -156,7 +160,7 @@ print(','.join(x for s in g.SHAPES if (x := 'x'.join(map(str, s[1:]))) not in sk
       done ;;
     trace)
       timeout $(cap 180) python3 benchmarks/gemm_trace.py --out "$OUT/trace" \
-        --probes benchmarks/gemm_trace_256.json 2>&1 | tail -20
+        --probes ${TRACE_PROBES:-benchmarks/gemm_trace_256.json} 2>&1 | tail -20
       echo "trace rc ${PIPESTATUS[0]}" ;;
     rate)
       timeout $(cap 90) python3 benchmarks/wgmma_rate.py --out "$OUT/rate" 2>&1 | tail -24
