@@ -124,14 +124,16 @@ def trial_page(u: str, job_id: int, ver: tuple, statuses: tuple, ranges: tuple, 
 
 def trial_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     cols = ["number", "status", "objective", "ratio", "gbps", "tflops", "registers",
-            "smem_bytes", "spill_bytes", "compile_seconds", "finished", "reused from", "message",
-            "note"]
+            "smem_bytes", "spill_bytes", "compile_seconds", "finished", "reused from", "origin",
+            "message", "note"]
     if not rows:
         return pd.DataFrame(columns=cols + ["params"])
     df = pd.DataFrame(rows)
     df["finished"] = pd.to_datetime(df["finished_at"], unit="s")
     # a trial that reuses an earlier job's measurement names the trial that measured it
     df["reused from"] = df["reused_from"].map(reused_label)
+    # where the configuration came from: the search, or the warm start's source
+    df["origin"] = df["origin"].fillna("") if "origin" in df else ""
     df["params"] = df["params"].map(lambda p: " ".join(f"{k}={v}" for k, v in p.items()))
     return df[cols + ["params"]]
 

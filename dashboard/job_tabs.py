@@ -125,6 +125,8 @@ def trial_detail(u: str, job: dict, number: int) -> None:
         st.info(f"Reused: measured as trial {t['reused_number']} of job {t['reused_job']} "
                 "(same template snapshot, architecture, GPU, sizes and harness); this job "
                 "measured nothing for it.")
+    if t.get("origin"):
+        st.caption(f"Origin: {t['origin']}")
     if t["message"]:
         st.write(t["message"])
     c = st.columns(6)

@@ -107,6 +107,8 @@ class Trial(Base):
     measure_key: Mapped[str | None] = mapped_column(String(64))
     reused_job: Mapped[int | None] = mapped_column(Integer)
     reused_number: Mapped[int | None] = mapped_column(Integer)
+    # where the configuration came from (TrialRecord.origin): the search or a warm start's source
+    origin: Mapped[str] = mapped_column(String(300), default="", server_default="")
 
 
 class Measurement(Base):

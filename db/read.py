@@ -29,7 +29,7 @@ TRIAL_SORTS = ("number", "status", "objective", "ratio", "gbps", "tflops", "regi
 _TRIAL_COLS = (Trial.id, Trial.number, Trial.status, Trial.objective, Trial.params,
                Trial.registers, Trial.smem_bytes, Trial.spill_bytes, Trial.compile_seconds,
                Trial.started_at, Trial.finished_at, Trial.message, Trial.note, Trial.reused_job,
-               Trial.reused_number)
+               Trial.reused_number, Trial.origin)
 
 
 def _geomean(col):
@@ -326,4 +326,4 @@ def _trial_dict(r, extra) -> dict[str, Any]:
             "compile_seconds": r.compile_seconds, "started_at": r.started_at,
             "finished_at": r.finished_at, "message": r.message or "", "note": r.note or "",
             "reused_from": (r.reused_job, r.reused_number) if r.reused_job is not None
-            else None, "params": r.params or {}}
+            else None, "origin": r.origin or "", "params": r.params or {}}

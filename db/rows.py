@@ -17,7 +17,7 @@ _TRIAL_COLS = (Trial.id, Trial.number, Trial.params, Trial.config_key, Trial.sta
                Trial.compile_log, Trial.registers, Trial.smem_bytes, Trial.spill_bytes,
                Trial.stack_frame, Trial.cubin_key, Trial.device, Trial.started_at,
                Trial.finished_at, Trial.worker, Trial.measure_key, Trial.reused_job,
-               Trial.reused_number)
+               Trial.reused_number, Trial.origin)
 _MEAS_COLS = (Measurement.trial_id, Measurement.size, Measurement.ours_ms,
               Measurement.ours_spread, Measurement.baseline, Measurement.baseline_ms,
               Measurement.ratio, Measurement.error, Measurement.tflops, Measurement.gbps)
@@ -45,7 +45,8 @@ def _trial_values(t: TrialRecord) -> dict[str, Any]:
                 started_at=t.started_at, finished_at=t.finished_at, worker=t.worker,
                 measure_key=t.measure_key,
                 reused_job=t.reused_from[0] if t.reused_from else None,
-                reused_number=t.reused_from[1] if t.reused_from else None)
+                reused_number=t.reused_from[1] if t.reused_from else None,
+                origin=t.origin[:300])
 
 
 def _measurement_values(trial_id: int, m: MeasurementRecord) -> dict[str, Any]:
@@ -69,5 +70,6 @@ def _trial_records(rows: Iterable[Row], meas: Iterable[Row]) -> list[TrialRecord
         cubin_key=r.cubin_key, measurements=tuple(by_trial.get(r.id, ())),
         device=r.device or {}, started_at=r.started_at, finished_at=r.finished_at,
         worker=r.worker, measure_key=r.measure_key,
-        reused_from=(r.reused_job, r.reused_number) if r.reused_job is not None else None)
+        reused_from=(r.reused_job, r.reused_number) if r.reused_job is not None else None,
+        origin=r.origin or "")
         for r in rows]

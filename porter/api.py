@@ -89,7 +89,7 @@ class Job:
         records = []
         for t in self.store.trials(self.id, status):
             base = {"trial": t.number, "status": t.status,
-                    "reused_from": _reused(t), **t.params,
+                    "reused_from": _reused(t), "origin": t.origin, **t.params,
                     "objective": t.objective, "registers": t.registers,
                     "smem_bytes": t.smem_bytes, "compile_s": t.compile_seconds,
                     "message": t.message}
@@ -131,7 +131,7 @@ def _reused(t) -> str | None:
 def _trial_dict(t) -> dict:
     return {"trial": t.number, "status": t.status, "params": dict(t.params),
             "reused_from": list(t.reused_from) if t.reused_from else None,
-            "objective": t.objective, "registers": t.registers, "smem_bytes": t.smem_bytes,
+            "origin": t.origin, "objective": t.objective, "registers": t.registers, "smem_bytes": t.smem_bytes,
             "measurements": [{"size": list(m.size), "ours_ms": m.ours_ms,
                               "baseline": m.baseline, "baseline_ms": m.baseline_ms,
                               "ratio": m.ratio, "tflops": m.tflops, "gbps": m.gbps}

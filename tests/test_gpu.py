@@ -193,7 +193,7 @@ def test_vendor_seed_from_the_profiled_baseline(tmp_path):
     be = GpuBackend(timeout_s=10)
     try:
         kernels, = be.vendor_kernels(tpl, [(1000, 3000, 1000)])
-        warm, _, note = job_warm_start(store, tpl, arch, spec, 1, be)
+        warm, _, note, _ = job_warm_start(store, tpl, arch, spec, 1, be)
     finally:
         be.close()
     tile = next(t for k in kernels if (t := nvjet_tile(k)) is not None)

@@ -188,6 +188,8 @@ def test_cli_port_twice_report_and_api_mark_reused_trials(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "reused: 12 of 12 trials" in r.stdout and "from job 1" in r.stdout
     assert "(reused from job 1 #" in r.stdout
+    assert "its configuration came from: measurement cache" in r.stdout
+    assert "trials by origin: measurement cache 12 (best " in r.stdout
     r = subprocess.run([*cmd, "status", "2", "--db", db], capture_output=True, text=True,
                        cwd=ROOT, env=env, timeout=60)
     assert "12 measured (12 reused from earlier jobs)" in r.stdout
@@ -197,6 +199,8 @@ def test_cli_port_twice_report_and_api_mark_reused_trials(tmp_path):
     assert len(rows) == 3 and len({ln.split("│")[2] for ln in rows}) == 3, r.stdout
     df = porter.get_job(2, db).trials()
     assert set(df["reused_from"].str.startswith("job 1 trial ")) == {True}
+    assert set(df["origin"]) == {"measurement cache"}
+    assert "template default" in set(porter.get_job(1, db).trials()["origin"])
     assert porter.get_job(3, db).trials()["reused_from"].isna().all()
     assert porter.get_job(2, db).best()["reused_from"][0] == 1
 
@@ -215,6 +219,7 @@ def test_dashboard_trial_table_marks_reused_trials(store, monkeypatch):
     assert not at.exception, [e.value for e in at.exception]
     tables = [d.value for d in at.dataframe if "reused from" in d.value.columns]
     assert tables and set(tables[0]["reused from"].str.startswith(f"job {first} #")) == {True}
+    assert set(tables[0]["origin"]) == {"measurement cache"}   # why they were tried first
     assert any("8 of these trials reuse" in c.value for c in at.caption)
 
 
@@ -296,10 +301,11 @@ def test_upgrade_from_0003_keeps_rows_and_reuses_none_of_them(backend, tmp_path)
     with ctx as url:
         _rows_of_0003(url)
         s = open_store(url)
-        assert migrate.current(s.url) == migrate.head() == "0004"
+        assert migrate.current(s.url) == migrate.head() == "0005"
         (t,) = s.trials(1)
         assert t.objective == 0.5 and t.measurements[0].ratio == 2.0
         assert t.measure_key is None and t.reused_from is None
+        assert t.origin == ""                   # recorded before 0005: no origin
         assert s.get_job(1).n_reused == 0
         # trials recorded before 0004 have no identity: never a cache source
         assert s.cached_trial("", "A1") is None and s.cached_configs("", 10) == []
@@ -329,3 +335,36 @@ class _nullctx:
     def __exit__(self, *exc):
         return False
 
+
+
+# ---- each trial's origin
+
+def test_each_trial_records_where_its_configuration_came_from(store):
+    """run_job's origins: a warm-start configuration's trial carries its source's label, the
+    template's default and [[seeds]] theirs, the rest the search's; the second run of the same
+    job takes the cached measurements first, so its trials say so (and link their source)."""
+    spec, tpl, a = make_spec("gemm_mma", "sm_90a", [SIZE], trials=12, backend="replay",
+                             replay=str(REPLAY))
+    be = ReplayBackend(REPLAY)
+    default = tpl.config_key(tpl.start_configs()[0])
+    # a recorded configuration other than the default: the warm start's
+    picked = next(dict(zip(be.params, map(int, k.split(",")))) for k in be.entries
+                  if k != default)
+    src, space = template_record(tpl)
+    job = store.create_job(spec, tpl.name, tpl.source_hash, src, space,
+                           snapshot=template_snapshot(tpl))
+    Engine(store, tpl, a, be, workers=1).run(job, spec, [picked], (),
+                                             {tpl.config_key(picked): "job 7's best"})
+    by_key = {t.config_key: t for t in store.trials(job)}
+    assert by_key[tpl.config_key(picked)].number == 0
+    assert by_key[tpl.config_key(picked)].origin == "job 7's best"
+    assert by_key[default].origin == "template default"
+    seeds = {tpl.config_key(tpl.complete(c)) for c in tpl.start_configs()[1:]}
+    assert {by_key[k].origin for k in seeds if k in by_key} <= {"template [[seeds]]"}
+    rest = [t for k, t in by_key.items() if k not in seeds | {default, tpl.config_key(picked)}]
+    assert rest and {t.origin for t in rest} == {"search (auto)"}
+    # the same job again: every trial reuses the first's measurement, and says why it was tried
+    second, _, measured = run(store, trials=12)
+    assert measured == 0
+    assert {t.origin for t in counted(store.trials(second))} == {"measurement cache"}
+    assert all(t.reused_from for t in counted(store.trials(second)))

@@ -102,7 +102,7 @@ def test_cold_small_budget_and_old_configurations(store):
 def test_no_tuned_size_no_warm_start(store):
     spec, tpl, arch, job = new_job(store, "1536x1536x1536")
     assert near_size_configs(store, tpl, arch, spec, job) == ([], [])
-    assert job_warm_start(store, tpl, arch, spec, job) == ([], [], "")
+    assert job_warm_start(store, tpl, arch, spec, job) == ([], [], "", {})
 
 
 def test_bad_align_is_one_line(tmp_path):

@@ -138,11 +138,16 @@ def test_a_port_starts_from_the_vendors_kernel(tmp_path, monkeypatch):
     assert be.vendor_kernels(None, [shape, (1, 2, 3)]) == [kernels(shape), []]
     tuned_job(store, (4096, 4096, 4096), [BEST_4096])
     spec, tpl, arch, job = new_job(store, "1000x3000x1000")
-    plain, _, plain_note = job_warm_start(store, tpl, arch, spec, job)
-    warm, _, note = job_warm_start(store, tpl, arch, spec, job, be)
+    plain, _, plain_note, plain_origins = job_warm_start(store, tpl, arch, spec, job)
+    warm, _, note, origins = job_warm_start(store, tpl, arch, spec, job, be)
     assert "vendor" not in plain_note and "nvjet_sm90_tst_200x128_64x5_1x4" in note, note
     assert warm[0] == plain[0] and warm[3:] == plain[1:]
     v, alone = warm[1:3]
+    # each configuration's origin, which its trial records: the kernel for the vendor's two
+    near = "nearest tuned sizes (4096x4096x4096)"
+    assert [origins[tpl.config_key(tpl.complete(c))] for c in warm[:3]] == \
+        [near, *2 * ["vendor kernel " + kernels(shape)[0]]], origins
+    assert set(plain_origins.values()) == {near} and len(plain_origins) == len(plain)
     assert (v["BM"], v["BN"], v["CLUSTER"]) == (128, 200, 4)
     assert (alone["BM"], alone["BN"], alone["CLUSTER"]) == (128, 200, 1)
     assert all(static_check(tpl, arch, c, [shape]) is None for c in (v, alone))

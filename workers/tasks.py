@@ -102,13 +102,13 @@ def drive_job(self, job_id) -> str:
         return "failed"
     spec = info.spec
     try:
-        warm, prior, note = job_warm_start(store, tpl, arch.with_sms(backend.sms), spec, job_id,
-                                           backend)
+        warm, prior, note, origins = job_warm_start(store, tpl, arch.with_sms(backend.sms), spec,
+                                                    job_id, backend)
         if note:
             log.info("job %s starts from %s", job_id, note)
         summary = run_job(store, job_id, spec, tpl, arch, backend,
                           hooks=ServiceHooks(driver, redis_try), warm_start=warm, prior=prior,
-                          worker=f"service:{driver}")
+                          origins=origins, worker=f"service:{driver}")
     finally:
         backend.close()
     log.info("job %s: this driver ended with %s (%s)", job_id, summary.status, summary.message)

@@ -66,7 +66,8 @@ def _table(store: Store, job_id: int) -> tuple[JobInfo, Template, Arch, list[dic
                          "gbps": m.gbps, "device": best.device,
                          # a trial reusing an earlier job's measurement names that trial
                          **({"reused_from": list(best.reused_from)} if best.reused_from
-                            else {})})
+                            else {}),
+                         **({"origin": best.origin} if best.origin else {})})
     else:
         compiled = [t for t in trials if t.status == "compiled"]
         if not compiled:

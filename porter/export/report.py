@@ -102,6 +102,18 @@ def report(store: Store, job_id: int, console: Console, top: int = 20) -> None:
         console.print(f"best: trial {best.number}, {_ratio(best):.3f}x the vendor "
                       f"(geometric mean over the sizes): {_params(best.params)}"
                       + (f" (reused from {_from(best)})" if best.reused_from else ""))
+        if best.origin:
+            console.print(f"  its configuration came from: {best.origin}")
+        # where the trials came from: the warm start's sources and the search
+        origins: dict[str, list] = {}
+        for t in trials:
+            if t.origin and t.status != "infeasible":
+                origins.setdefault(t.origin, []).append(t)
+        if origins:
+            console.print("trials by origin: " + "; ".join(
+                f"{o} {len(ts)} (best {min(ts, key=lambda t: t.objective or 1e300).number})"
+                if any(t.objective for t in ts) else f"{o} {len(ts)}"
+                for o, ts in origins.items()))
 
     if spec.from_arch or spec.from_job is not None:
         _warm_section(store, tpl, arch, sizes, spec, trials, best, console)

@@ -76,7 +76,8 @@ class JobSummary:
 
 def run_job(store: Store, job_id: int, spec: JobSpec, tpl: Template, arch: Arch,
             backend: Backend, *, hooks: JobHooks | None = None, compile_workers: int | None = None,
-            compiles: Compiles | None = None, warm_start=(), prior=(), worker: str = "embedded",
+            compiles: Compiles | None = None, warm_start=(), prior=(), origins=None,
+            worker: str = "embedded",
             on_trial: Callable[[TrialRecord, TrialRecord | None], None] | None = None
             ) -> JobSummary:
     """Runs (or joins, or resumes) job `job_id` to its end and returns what happened.
@@ -86,16 +87,23 @@ def run_job(store: Store, job_id: int, spec: JobSpec, tpl: Template, arch: Arch,
     end. compiles: a pool the caller lends instead (e.g. one PoolCompiles for many jobs), used
     where the backend compiles and left open, with nothing of this run pending in it.
     warm_start: configurations proposed first; prior: (configuration, objective) pairs measured
-    elsewhere that the search learns from. Ctrl-C marks the job `interrupted` and goes up as
-    KeyboardInterrupt."""
+    elsewhere that the search learns from; origins: config key -> where a warm-start
+    configuration came from (job_warm_start), recorded with its trial (the template's default
+    and [[seeds]] are labelled here, anything else the search proposed "search (sampler)").
+    Ctrl-C marks the job `interrupted` and goes up as KeyboardInterrupt."""
     run = _Run(store, job_id, spec, tpl, arch, backend, hooks or JobHooks(), worker, on_trial)
+    starts = tpl.start_configs()
+    run.origins = dict(origins or {})
+    for i, cfg in enumerate(starts):
+        run.origins.setdefault(tpl.config_key(tpl.complete(cfg)),
+                               "template default" if i == 0 else "template [[seeds]]")
     lent = compiles is not None and backend.needs_compile
     if not lent:
         compiles = compiles_for(backend.needs_compile, compile_workers)
     status, message = "failed", ""
     interrupted = False
     try:
-        status = run.loop(compiles, [*warm_start, *tpl.start_configs()], prior)
+        status = run.loop(compiles, [*warm_start, *starts], prior)
     except KeyboardInterrupt:
         interrupted = True
     except Exception as e:  # noqa: BLE001 - whatever stops the job is its recorded reason
@@ -165,10 +173,12 @@ class Engine:
         self.on_trial, self.worker_name, self.hooks = on_trial, worker_name, hooks
         self.compiles = compiles
 
-    def run(self, job_id: int, spec: JobSpec, warm_start=(), prior=()) -> JobSummary:
+    def run(self, job_id: int, spec: JobSpec, warm_start=(), prior=(), origins=None
+            ) -> JobSummary:
         return run_job(self.store, job_id, spec, self.template, self.arch, self.backend,
                        hooks=self.hooks, compile_workers=self.workers, compiles=self.compiles,
-                       warm_start=warm_start, prior=prior, worker=self.worker_name,
+                       warm_start=warm_start, prior=prior, origins=origins,
+                       worker=self.worker_name,
                        on_trial=self.on_trial)
 
 
@@ -193,6 +203,11 @@ class _Run:
         self.stage = "starting"
         self.measure_key: str | None = None
         self.reuse = False
+        self.origins: dict[str, str] = {}    # config key -> origin (run_job's labels)
+
+    def origin(self, config: dict) -> str:
+        """Where trial's configuration came from: its warm-start source, else the search."""
+        return self.origins.get(self.tpl.config_key(config), f"search ({self.spec.sampler})")
 
     def db(self, fn, what: str):
         self.stage = what
@@ -219,6 +234,8 @@ class _Run:
                 self.measure_key, reuse_limit(self.budget), exclude_job=job_id),
                 "reading the measurement cache")
             warm = [*cached, *warm]
+            for cfg in cached:   # proposed first: that is why they are tried
+                self.origins[self.tpl.config_key(self.tpl.complete(cfg))] = "measurement cache"
         self.searcher = self.db(lambda: Searcher(
             space, self.spec.sampler, self.spec.seed, storage=store.optuna_storage(),
             study_name=name, warm_start=warm, prior=prior), "opening the study")
@@ -299,7 +316,8 @@ class _Run:
                          f"looking up trial {number} in the measurement cache")
         if cached is None:
             return False
-        self.record(reused_record(cached, number, t_start, self.worker))
+        self.record(dataclasses.replace(reused_record(cached, number, t_start, self.worker),
+                                        origin=self.origin(config)))
         return True
 
     def finish_trial(self, number: int, config: dict, t_start: float, outcome: Outcome,
@@ -307,8 +325,8 @@ class _Run:
         self.stage = f"trial {number}"
         rec = trial_record(self.tpl, self.arch, self.backend.name, self.sizes, number, config,
                            t_start, outcome, compiled, self.toolchain, self.worker)
-        self.record(dataclasses.replace(rec, measure_key=self.measure_key), outcome.busy_ms,
-                    compiled)
+        self.record(dataclasses.replace(rec, measure_key=self.measure_key,
+                                        origin=self.origin(config)), outcome.busy_ms, compiled)
 
     def record(self, rec: TrialRecord, busy_ms: float = 0.0,
                compiled: CompileResult | None = None) -> None:

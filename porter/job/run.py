@@ -1,6 +1,8 @@
 """`porter port`: validate, record the job, run the engine with a live progress bar."""
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -125,6 +127,14 @@ def vendor_configs(tpl, arch, spec, backend, base: dict | None = None
     the same tile without one too. Returns the configurations and a note for the user (which
     kernel, or why none). Nothing for a cold job, a template without [vendor], or a backend
     that cannot tell the kernels."""
+    seeds, note = vendor_seeds_named(tpl, arch, spec, backend, base)
+    return [cfg for cfg, _ in seeds], note
+
+
+def vendor_seeds_named(tpl, arch, spec, backend, base: dict | None = None
+                       ) -> tuple[list[tuple[dict, str]], str]:
+    """vendor_configs with the kernel each seed came from: ([(configuration, kernel name)],
+    note)."""
     from porter.search.vendor import nvjet_tile, vendor_seeds
     if spec.cold or tpl.vendor is None or backend is None:
         return [], ""
@@ -143,7 +153,7 @@ def vendor_configs(tpl, arch, spec, backend, base: dict | None = None
         for cfg in vendor_seeds(kernels, base, tpl.params, feasible, tpl.vendor.params):
             if tpl.config_key(cfg) not in seen:
                 seen.add(tpl.config_key(cfg))
-                out.append(cfg)
+                out.append((cfg, name))
         picked.append(name)
     if out:
         return out, (f"{len(out)} from the vendor's own kernel" + ("s " if len(picked) > 1
@@ -153,19 +163,36 @@ def vendor_configs(tpl, arch, spec, backend, base: dict | None = None
     return [], ("no vendor seed: " + why) if why else ""
 
 
-def job_warm_start(store: Store, tpl, arch, spec, job_id: int, backend=None
-                   ) -> tuple[list[dict], list[tuple[dict, float]], str]:
+class WarmStart(NamedTuple):
+    """What a job's run starts from (job_warm_start)."""
+    configs: list[dict]                     # proposed first, in this order
+    prior: list[tuple[dict, float]]         # measured elsewhere: the search learns from them
+    note: str                               # for the user; empty without a warm start
+    origins: dict[str, str]                 # config key -> where that configuration came from
+
+
+def job_warm_start(store: Store, tpl, arch, spec, job_id: int, backend=None) -> WarmStart:
     """What a job's run starts from: --from-job's best configurations, then the nearest tuned
     sizes' best (near_size_configs), the template's [vendor] seeds read through `backend`
     (vendor_configs), the other near sizes' configurations, then --from-arch's; the prior of
-    the source jobs' measurements; and a note for the user (empty when there is no warm
-    start)."""
+    the source jobs' measurements; a note for the user (empty when there is no warm start);
+    and each configuration's origin, which its trial records (the first source that names a
+    configuration is its origin)."""
     first = warm_start_configs(store, tpl.name, None, spec.from_job)
     near, sizes = near_size_configs(store, tpl, arch, spec, exclude_job=job_id)
-    vendor, vendor_note = vendor_configs(tpl, arch, spec, backend, near[0] if near else None)
+    vendor, vendor_note = vendor_seeds_named(tpl, arch, spec, backend, near[0] if near else None)
     rest = warm_start_configs(store, tpl.name, spec.from_arch, None) if spec.from_arch else []
+    near_label = "nearest tuned sizes (" + ", ".join("x".join(map(str, s)) for s in sizes) + ")"
+    labelled = [*((c, f"job {spec.from_job}'s best") for c in first),
+                *((c, near_label) for c in near[:1]),
+                *((c, f"vendor kernel {name}") for c, name in vendor),
+                *((c, near_label) for c in near[1:]),
+                *((c, f"{spec.from_arch}'s best") for c in rest)]
     # (the searcher skips a repeat, and what is not in its space)
-    warm = [*first, *near[:1], *vendor, *near[1:], *rest]
+    warm = [c for c, _ in labelled]
+    origins: dict[str, str] = {}
+    for c, label in labelled:
+        origins.setdefault(tpl.config_key(tpl.complete(c)), label)
     prior = warm_start_prior(store, tpl.name, spec.from_arch, spec.from_job)
     notes = []
     if near:
@@ -176,7 +203,7 @@ def job_warm_start(store: Store, tpl, arch, spec, job_id: int, backend=None
     if first or rest:
         notes.append(f"{len(first) + len(rest)} from --from-job/--from-arch and a prior of "
                      f"{len(prior)} measured ones")
-    return warm, prior, "; ".join(notes)
+    return WarmStart(warm, prior, "; ".join(notes), origins)
 
 
 def port_here(template, arch, sizes, trials, minutes, sampler, seed, backend, replay, from_arch,
@@ -208,7 +235,8 @@ def port_here(template, arch, sizes, trials, minutes, sampler, seed, backend, re
         src, space = template_record(tpl)
         job_id = store.create_job(spec, tpl.name, tpl.source_hash, src, space, status="running",
                                   snapshot=template_snapshot(tpl))
-    warm, prior, warm_note = job_warm_start(store, tpl, a.with_sms(be.sms), spec, job_id, be)
+    warm, prior, warm_note, origins = job_warm_start(store, tpl, a.with_sms(be.sms), spec, job_id,
+                                                     be)
     total = spec.trials or (None if spec.minutes else 100)
     console.print(f"job {job_id}: {tpl.name} -> {a.name}, sizes "
                   f"{', '.join('x'.join(map(str, s)) for s in spec.sizes)}, backend {be.name}, "
@@ -234,7 +262,7 @@ def port_here(template, arch, sizes, trials, minutes, sampler, seed, backend, re
 
         engine = Engine(store, tpl, a, be, workers=workers, on_trial=on_trial)
         try:
-            summary = engine.run(job_id, spec, warm, prior)
+            summary = engine.run(job_id, spec, warm, prior, origins)
         except KeyboardInterrupt:
             # the loop marked the job interrupted and failed its open trials
             progress.stop()
@@ -263,7 +291,7 @@ def print_best(console: Console, trials: list[TrialRecord]):
     if not trials:
         return
     table = Table("trial", "params", "status", "regs", "smem", "ms", "vendor ms", "ratio",
-                  "TFLOP/s", "GB/s", "reused from")
+                  "TFLOP/s", "GB/s", "origin")
     for t in trials:
         m = t.measurements[0] if t.measurements else None
         table.add_row(str(t.number), " ".join(f"{k}={v}" for k, v in t.params.items()),
@@ -273,5 +301,7 @@ def print_best(console: Console, trials: list[TrialRecord]):
                       f"{m.ratio:.3f}" if m and m.ratio else "-",
                       f"{m.tflops:.0f}" if m and m.tflops else "-",
                       f"{m.gbps:.0f}" if m and m.gbps else "-",
-                      f"job {t.reused_from[0]} #{t.reused_from[1]}" if t.reused_from else "-")
+                      (f"reused job {t.reused_from[0]} #{t.reused_from[1]}" if t.reused_from
+                       else "") + ("; " if t.reused_from and t.origin else "")
+                      + (t.origin or ("" if t.reused_from else "-")))
     console.print(table)
