@@ -148,6 +148,24 @@ def test_every_seed_is_feasible_somewhere():
         assert _feasible(tpl, cfg, (8192, 8192, 8192, 1, acc)), seed
 
 
+def test_every_pick_of_the_final_is_feasible_at_its_size():
+    """benchmarks/gemm_fp8_picks.json (the final's hand-picked and ported candidates): each
+    passes the space's static checks at its size and accumulation, so none is dropped there
+    unseen, and each shape and accumulation has both tile schedules among its candidates."""
+    import json
+    from porter.build.check import static_check
+    tpl = find_template("gemm_fp8")
+    picks = json.loads((ROOT / "benchmarks" / "gemm_fp8_picks.json").read_text())
+    schedules: dict = {}
+    for x in picks:
+        cfg = tpl.complete(x["params"])
+        assert static_check(tpl, SM90A, cfg, [tuple(x["size"])]) is None, x
+        schedules.setdefault(tuple(x["size"][:3]) + (x["size"][4],), set()).add(
+            (cfg["PINGPONG"], cfg["EPI"]))
+    assert len(schedules) == 10       # five shapes, both accumulations
+    assert all({p for p, _ in s} == {0, 1} for s in schedules.values()), schedules
+
+
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("PORTER_CACHE_DIR", str(tmp_path / "cache"))
