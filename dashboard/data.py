@@ -75,7 +75,7 @@ def numeric_params(tpl) -> dict[str, list]:
 @st.cache_data(show_spinner=False, max_entries=64)
 def convergence(u: str, job_id: int, ver: tuple, metric: str) -> pd.DataFrame:
     rows = store(u).convergence(job_id, metric, CONVERGENCE_POINTS)
-    df = pd.DataFrame(rows, columns=["idx", "number", "status", "t", "value", "best"])
+    df = pd.DataFrame(rows, columns=["idx", "number", "status", "t", "value", "best", "origin"])
     return df
 
 

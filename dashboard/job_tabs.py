@@ -37,9 +37,15 @@ def convergence(u: str, job: dict, ver: tuple) -> None:
     label = data.METRIC_LABELS[metric or "objective"]
     fig = go.Figure()
     pts = df["value"].notna()
-    fig.add_scatter(x=xs[pts], y=df.loc[pts, "value"], mode="markers", name="trial",
-                    marker={"size": 4, "opacity": 0.45}, customdata=df.loc[pts, "number"],
-                    hovertemplate="trial %{customdata}: %{y:.4g}<extra></extra>")
+    # the warm start's trials apart from the search's (trials recorded before origins: one set)
+    warm = df["origin"].fillna("").map(lambda o: bool(o) and not o.startswith("search"))
+    for name, sel, size in (("trial", pts & ~warm, 4), ("warm start", pts & warm, 7)):
+        if sel.any():
+            fig.add_scatter(x=xs[sel], y=df.loc[sel, "value"], mode="markers", name=name,
+                            marker={"size": size, "opacity": 0.45 if name == "trial" else 0.8},
+                            customdata=df.loc[sel, ["number", "origin"]].to_numpy(),
+                            hovertemplate="trial %{customdata[0]}: %{y:.4g}<br>"
+                                          "%{customdata[1]}<extra></extra>")
     fig.add_scatter(x=xs, y=df["best"], mode="lines", name="best so far",
                     line={"shape": "hv", "width": 2.5}, connectgaps=True)
     fig.update_layout(height=430, margin={"t": 30, "b": 40}, xaxis_title=x or "trials",
@@ -47,7 +53,8 @@ def convergence(u: str, job: dict, ver: tuple) -> None:
                       legend={"orientation": "h", "y": 1.08})
     st.plotly_chart(fig, key="conv_chart")
     st.caption(f"{len(df)} of {job['n_trials']} trials drawn: every improvement of the best so "
-               "far, every k-th trial and the last; failed trials carry the best forward. The "
+               "far, every k-th trial and the last; failed trials carry the best forward. "
+               "Larger markers: the warm start's trials (hover for their origin). The "
                "objective is the search's: our time over the vendor's (geometric mean over "
                "sizes), or milliseconds where the op has no vendor baseline.")
 

@@ -158,23 +158,24 @@ class ReadMixin:
         """The best so far in the order trials were recorded (they are recorded as they
         finish), forward-filled over failed trials: every trial that improved it, every k-th
         trial (k keeps about max_points), and the last. Each row: idx (1-based position),
-        number, status, t (finished_at), value (this trial's metric, None if it has none) and
-        best."""
+        number, status, t (finished_at), value (this trial's metric, None if it has none), best
+        and origin (where its configuration came from)."""
         col, higher = METRICS[metric]
         ranked = Trial.status.in_(RANKED) if col is None else Trial.status == "measured"
         if col is None:
-            base = select(Trial.id, Trial.number, Trial.status, Trial.finished_at,
+            base = select(Trial.id, Trial.number, Trial.status, Trial.finished_at, Trial.origin,
                           case((ranked, Trial.objective), else_=None).label("v"))
         else:
             agg = _per_trial(job_id).subquery("agg")
-            base = (select(Trial.id, Trial.number, Trial.status, Trial.finished_at,
+            base = (select(Trial.id, Trial.number, Trial.status, Trial.finished_at, Trial.origin,
                            case((ranked, getattr(agg.c, col)), else_=None).label("v"))
                     .outerjoin(agg, agg.c.trial_id == Trial.id))
         base = base.where(Trial.job_id == job_id).subquery("base")
         order = base.c.id
         v = base.c.v
         best = (func.max if higher else func.min)(v).over(order_by=order, rows=(None, 0))
-        w = select(base.c.number, base.c.status, base.c.finished_at, v.label("value"),
+        w = select(base.c.number, base.c.status, base.c.finished_at, base.c.origin,
+                   v.label("value"),
                    func.row_number().over(order_by=order).label("idx"),
                    best.label("best")).subquery("w")
         w2 = select(w, func.lag(w.c.best).over(order_by=w.c.idx).label("prev")).subquery("w2")
@@ -183,13 +184,13 @@ class ReadMixin:
             step = max(1, math.ceil((total or 0) / max_points))
             rows = conn.execute(
                 select(w2.c.idx, w2.c.number, w2.c.status, w2.c.finished_at, w2.c.value,
-                       w2.c.best)
+                       w2.c.best, w2.c.origin)
                 .where(or_(and_(w2.c.best.is_not(None),
                                 or_(w2.c.prev.is_(None), w2.c.best != w2.c.prev)),
                            w2.c.idx % step == 0, w2.c.idx == 1, w2.c.idx == total))
                 .order_by(w2.c.idx)).all()
         return [{"idx": r.idx, "number": r.number, "status": r.status, "t": r.finished_at,
-                 "value": r.value, "best": r.best} for r in rows]
+                 "value": r.value, "best": r.best, "origin": r.origin or ""} for r in rows]
 
     def _trial_query(self, job_id: int, statuses=None, ranges=None):
         q = select(*_TRIAL_COLS).where(Trial.job_id == job_id)

@@ -363,6 +363,9 @@ def test_each_trial_records_where_its_configuration_came_from(store):
     assert {by_key[k].origin for k in seeds if k in by_key} <= {"template [[seeds]]"}
     rest = [t for k, t in by_key.items() if k not in seeds | {default, tpl.config_key(picked)}]
     assert rest and {t.origin for t in rest} == {"search (auto)"}
+    # the dashboard's convergence rows carry them (its chart marks the warm start's trials)
+    conv = {r["number"]: r["origin"] for r in store.convergence(job, "objective")}
+    assert conv[0] == "job 7's best" and set(conv.values()) <= {t.origin for t in by_key.values()}
     # the same job again: every trial reuses the first's measurement, and says why it was tried
     second, _, measured = run(store, trials=12)
     assert measured == 0
