@@ -1,0 +1,31 @@
+#!/bin/bash
+# The next device visit for #23 as one command, whichever card comes (device tool; carry .whl
+# from `../shared/tools/device-wheels optuna sqlalchemy alembic colorlog pytest pytest-timeout`):
+#   bash benchmarks/device_visit.sh 1   H200: the seven shapes the H200 sweep left weakest
+#                                       re-ported with cuBLAS's own kernels among the seeds
+#                                       (merged into gemm_sweep_h200.json), the fp8 final over
+#                                       gemm_fp8_picks.json, the tensor pipe's rate (~520 s)
+#                                       another card: the rate (ping-pong consumer cases) and the
+#                                       ping-pong timelines of gemm_trace_pingpong.json (~330 s)
+#   bash benchmarks/device_visit.sh 2   H200: every other shape of the sweep re-ported (~570 s)
+# Results under $OUT (sweep/, vendor/, fp8/, rate/, trace/); see device_runs.sh for each step.
+GPU=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)
+echo "GPU: $GPU"
+SEVEN=3000x5000x1000,5000x3000x1024,1000x3000x1000,6000x7000x2000,3000x4000x4104,7000x9000x3000,1536x1536x1536
+case "$GPU" in
+  *H200*) ;;
+  *) echo "not an H200: the rate and the ping-pong timelines"
+     TRACE_PROBES=benchmarks/gemm_trace_pingpong.json BUDGET_S=${BUDGET_S:-330} \
+       bash benchmarks/device_runs.sh rate trace
+     exit 0 ;;
+esac
+if [ "${1:-1}" = 1 ]; then
+  # the fp8 ping-pong GPU cases passed on H100s (eleventh and fifteenth sessions) and the kernel
+  # has not changed since: the fp8 step goes straight to the final
+  echo "test_gpu_gemm_fp8 and (PINGPONG or e5m2 or PSETS or BN160)" > /tmp/gpu_tests_passed
+  SWEEP_SHAPES=$SEVEN SWEEP_S=280 BUDGET_S=${BUDGET_S:-520} \
+    bash benchmarks/device_runs.sh sweep=${LABEL:-visit17} fp8 rate
+else
+  SWEEP_SHAPES=all SWEEP_SKIP=$SEVEN SWEEP_S=560 BUDGET_S=${BUDGET_S:-570} \
+    bash benchmarks/device_runs.sh sweep=${LABEL:-visit17b}
+fi
