@@ -131,7 +131,8 @@ def _reused(t) -> str | None:
 def _trial_dict(t) -> dict:
     return {"trial": t.number, "status": t.status, "params": dict(t.params),
             "reused_from": list(t.reused_from) if t.reused_from else None,
-            "origin": t.origin, "objective": t.objective, "registers": t.registers, "smem_bytes": t.smem_bytes,
+            "origin": t.origin, "objective": t.objective, "registers": t.registers,
+            "smem_bytes": t.smem_bytes,
             "measurements": [{"size": list(m.size), "ours_ms": m.ours_ms,
                               "baseline": m.baseline, "baseline_ms": m.baseline_ms,
                               "ratio": m.ratio, "tflops": m.tflops, "gbps": m.gbps}

@@ -206,7 +206,7 @@ class _Run:
         self.origins: dict[str, str] = {}    # config key -> origin (run_job's labels)
 
     def origin(self, config: dict) -> str:
-        """Where trial's configuration came from: its warm-start source, else the search."""
+        """Where a trial's configuration came from: its warm-start source, else the search."""
         return self.origins.get(self.tpl.config_key(config), f"search ({self.spec.sampler})")
 
     def db(self, fn, what: str):

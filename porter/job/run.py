@@ -196,8 +196,7 @@ def job_warm_start(store: Store, tpl, arch, spec, job_id: int, backend=None) -> 
     prior = warm_start_prior(store, tpl.name, spec.from_arch, spec.from_job)
     notes = []
     if near:
-        notes.append(f"{len(near)} warm-start configs from the nearest tuned sizes ("
-                     + ", ".join("x".join(map(str, s)) for s in sizes) + ")")
+        notes.append(f"{len(near)} warm-start configs from the {near_label}")
     if vendor_note:
         notes.append(vendor_note)
     if first or rest:
