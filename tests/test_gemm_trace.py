@@ -60,3 +60,21 @@ def test_phases_from_slots():
     assert "epi_first" not in p                           # a phase no CTA stamped is left out
     assert ph["raw"][0][gemm_trace.SMID] == 4             # values are not shifted like times
     assert ph["raw"][1][gemm_trace.ENTRY] == us
+
+
+@pytest.mark.parametrize("probes", ["gemm_trace_256.json", "gemm_trace_pingpong.json"])
+def test_every_traced_configuration_is_feasible_at_its_shape(probes):
+    """The probe files `device_runs.sh trace` takes (TRACE_PROBES): each configuration passes
+    the space's static checks at its shape on 132 SMs, so none is dropped on the device; the
+    ping-pong file holds both schedules at each shape."""
+    import json
+    from gemm_probe import configs
+    from porter.build.check import static_check
+    tpl, arch = find_template("gemm_wgmma"), get_arch("sm_90a").with_sms(132)
+    items = configs(json.loads((Path(gemm_trace.__file__).parent / probes).read_text()))
+    assert items
+    for shape, cfg in items:
+        assert static_check(tpl, arch, cfg, [shape]) is None, (shape, cfg)
+    if "pingpong" in probes:
+        for shape in {s for s, _ in items}:
+            assert {c["PINGPONG"] for s, c in items if s == shape} == {0, 1}, shape
