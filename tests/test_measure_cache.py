@@ -350,22 +350,30 @@ def test_each_trial_records_where_its_configuration_came_from(store):
     # a recorded configuration other than the default: the warm start's
     picked = next(dict(zip(be.params, map(int, k.split(",")))) for k in be.entries
                   if k != default)
+    # and one someone enqueued in the job's Optuna study (optuna-dashboard, enqueue_trial)
+    queued = next(dict(zip(be.params, map(int, k.split(",")))) for k in be.entries
+                  if k not in (default, tpl.config_key(picked)))
     src, space = template_record(tpl)
     job = store.create_job(spec, tpl.name, tpl.source_hash, src, space,
                            snapshot=template_snapshot(tpl))
+    import optuna
+    optuna.create_study(storage=store.optuna_storage(), study_name=store.get_job(job).study_name,
+                        direction="minimize").enqueue_trial(queued)
     Engine(store, tpl, a, be, workers=1).run(job, spec, [picked], (),
                                              {tpl.config_key(picked): "job 7's best"})
     by_key = {t.config_key: t for t in store.trials(job)}
-    assert by_key[tpl.config_key(picked)].number == 0
+    assert by_key[tpl.config_key(queued)].number == 0     # the study's queue goes first
+    assert by_key[tpl.config_key(queued)].origin == "enqueued in the study"
     assert by_key[tpl.config_key(picked)].origin == "job 7's best"
     assert by_key[default].origin == "template default"
     seeds = {tpl.config_key(tpl.complete(c)) for c in tpl.start_configs()[1:]}
     assert {by_key[k].origin for k in seeds if k in by_key} <= {"template [[seeds]]"}
-    rest = [t for k, t in by_key.items() if k not in seeds | {default, tpl.config_key(picked)}]
+    rest = [t for k, t in by_key.items()
+            if k not in seeds | {default, tpl.config_key(picked), tpl.config_key(queued)}]
     assert rest and {t.origin for t in rest} == {"search (auto)"}
     # the dashboard's convergence rows carry them (its chart marks the warm start's trials)
     conv = {r["number"]: r["origin"] for r in store.convergence(job, "objective")}
-    assert conv[0] == "job 7's best" and set(conv.values()) <= {t.origin for t in by_key.values()}
+    assert conv[0] == "enqueued in the study" and set(conv.values()) <= {t.origin for t in by_key.values()}
     # the same job again: every trial reuses the first's measurement, and says why it was tried
     second, _, measured = run(store, trials=12)
     assert measured == 0

@@ -205,8 +205,11 @@ class _Run:
         self.reuse = False
         self.origins: dict[str, str] = {}    # config key -> origin (run_job's labels)
 
-    def origin(self, config: dict) -> str:
-        """Where a trial's configuration came from: its warm-start source, else the search."""
+    def origin(self, number: int, config: dict) -> str:
+        """Where a trial's configuration came from: someone's enqueue_trial on the job's study,
+        its warm-start source, else the search."""
+        if self.searcher is not None and number in self.searcher.enqueued:
+            return "enqueued in the study"
         return self.origins.get(self.tpl.config_key(config), f"search ({self.spec.sampler})")
 
     def db(self, fn, what: str):
@@ -317,7 +320,7 @@ class _Run:
         if cached is None:
             return False
         self.record(dataclasses.replace(reused_record(cached, number, t_start, self.worker),
-                                        origin=self.origin(config)))
+                                        origin=self.origin(number, config)))
         return True
 
     def finish_trial(self, number: int, config: dict, t_start: float, outcome: Outcome,
@@ -326,7 +329,8 @@ class _Run:
         rec = trial_record(self.tpl, self.arch, self.backend.name, self.sizes, number, config,
                            t_start, outcome, compiled, self.toolchain, self.worker)
         self.record(dataclasses.replace(rec, measure_key=self.measure_key,
-                                        origin=self.origin(config)), outcome.busy_ms, compiled)
+                                        origin=self.origin(number, config)), outcome.busy_ms,
+                    compiled)
 
     def record(self, rec: TrialRecord, busy_ms: float = 0.0,
                compiled: CompileResult | None = None) -> None:

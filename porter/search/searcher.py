@@ -134,6 +134,7 @@ class Searcher:
         self._synced: dict[int, bool] = {}            # trial number -> finished when read
         self._feasible_cache: dict[Key, bool] = {}
         self._waiting = False                         # the study holds enqueued trials
+        self.enqueued: set[int] = set()               # our trials taken from the study's queue
         self._warm = [self._key(w) for w in warm_start
                       if space.contains(w) and self._feasible(self._key(w))]
         self._warm_keys = frozenset(self._warm)
@@ -246,6 +247,7 @@ class Searcher:
                     not self._is_seen(got) and self._feasible(got):
                 self._warm.insert(0, key)
                 key, cfg = got, self._config(got)
+                self.enqueued.add(trial.number)
                 break
             self._study.tell(trial, state=TrialState.PRUNED)
         return self._opened(trial.number, key), cfg
