@@ -94,8 +94,9 @@ class TrialRecord:
     # compile-only), and for a reused trial the (job id, trial number) it was measured as
     measure_key: str | None = None
     reused_from: tuple[int, int] | None = None
-    # where the configuration came from: the search ("search"), or the warm start's source
-    # ("cuBLAS kernel nvjet_...", "nearest tuned sizes", "job 3's best", "template seed", ...)
+    # where the configuration came from: the search ("search (auto)"), the study's queue, or
+    # the warm start's source ("vendor kernel nvjet_...", "nearest tuned sizes (...)", "job 3's
+    # best", "template default", ...; porter.job.loop run_job)
     origin: str = ""
 
     def __post_init__(self):

@@ -94,9 +94,8 @@ def run_job(store: Store, job_id: int, spec: JobSpec, tpl: Template, arch: Arch,
     run = _Run(store, job_id, spec, tpl, arch, backend, hooks or JobHooks(), worker, on_trial)
     starts = tpl.start_configs()
     run.origins = dict(origins or {})
-    for i, cfg in enumerate(starts):
-        run.origins.setdefault(tpl.config_key(tpl.complete(cfg)),
-                               "template default" if i == 0 else "template [[seeds]]")
+    run.label(starts[:1], "template default")
+    run.label(starts[1:], "template [[seeds]]")
     lent = compiles is not None and backend.needs_compile
     if not lent:
         compiles = compiles_for(backend.needs_compile, compile_workers)
@@ -205,6 +204,13 @@ class _Run:
         self.reuse = False
         self.origins: dict[str, str] = {}    # config key -> origin (run_job's labels)
 
+    def label(self, configs, origin: str, replace: bool = False) -> None:
+        """Records `origin` for each of `configs` (over an earlier label only with replace)."""
+        for cfg in configs:
+            key = self.tpl.config_key(self.tpl.complete(cfg))
+            if replace or key not in self.origins:
+                self.origins[key] = origin
+
     def origin(self, number: int, config: dict) -> str:
         """Where a trial's configuration came from: someone's enqueue_trial on the job's study,
         its warm-start source, else the search."""
@@ -237,8 +243,8 @@ class _Run:
                 self.measure_key, reuse_limit(self.budget), exclude_job=job_id),
                 "reading the measurement cache")
             warm = [*cached, *warm]
-            for cfg in cached:   # proposed first: that is why they are tried
-                self.origins[self.tpl.config_key(self.tpl.complete(cfg))] = "measurement cache"
+            # proposed first: that is why they are tried
+            self.label(cached, "measurement cache", replace=True)
         self.searcher = self.db(lambda: Searcher(
             space, self.spec.sampler, self.spec.seed, storage=store.optuna_storage(),
             study_name=name, warm_start=warm, prior=prior), "opening the study")

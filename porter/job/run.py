@@ -300,7 +300,7 @@ def print_best(console: Console, trials: list[TrialRecord]):
                       f"{m.ratio:.3f}" if m and m.ratio else "-",
                       f"{m.tflops:.0f}" if m and m.tflops else "-",
                       f"{m.gbps:.0f}" if m and m.gbps else "-",
-                      (f"reused job {t.reused_from[0]} #{t.reused_from[1]}" if t.reused_from
-                       else "") + ("; " if t.reused_from and t.origin else "")
-                      + (t.origin or ("" if t.reused_from else "-")))
+                      "; ".join([*([f"reused job {t.reused_from[0]} #{t.reused_from[1]}"]
+                                   if t.reused_from else []), *([t.origin] if t.origin else [])])
+                      or "-")
     console.print(table)
