@@ -14,7 +14,8 @@
 #                                                SWEEP_SKIP's (M1xN1xK1,...);
 #                                                cuBLAS's kernels for the shapes are read first
 #                                                (baseline_kernels.py) and their tiles seeded
-#                                                (SWEEP_VENDOR=0: not)
+#                                                (SWEEP_VENDOR=0: not); SWEEP_WARM_FROM=RESULTS
+#                                                adds another GPU's sweep as warm-start sources
 #   bash benchmarks/device_runs.sh fp8           gemm_fp8's ping-pong GPU cases first (their
 #                                                picks are left out if they fail), then the final
 #                                                over gemm_fp8_picks.json (~80 s on an H100,
@@ -98,6 +99,9 @@ print(','.join(x for s in g.SHAPES if (x := 'x'.join(map(str, s[1:]))) not in sk
       if ! echo "$GPU" | grep -q H200; then
         if [ -z "$SWEEP_ANY_GPU" ]; then echo "sweep: not an H200, skipped"; continue; fi
         src="--warm-from benchmarks/results/gemm_sweep_h200.json"
+      elif [ -n "$SWEEP_WARM_FROM" ]; then
+        # the H200 ported from another GPU's answers (the same shape's among the seeds)
+        src="$src --warm-from $SWEEP_WARM_FROM"
       fi
       # the kernels cuBLAS runs for these shapes: their tiles are a seed each (SWEEP_VENDOR=0:
       # none, the warm start as before)
