@@ -5,8 +5,7 @@
 #                                       re-ported with cuBLAS's own kernels among the seeds
 #                                       (merged into gemm_sweep_h200.json), the fp8 final over
 #                                       gemm_fp8_picks.json, the tensor pipe's rate (~520 s)
-#                                       another card: the rate (ping-pong consumer cases) and the
-#                                       ping-pong timelines of gemm_trace_pingpong.json (~330 s)
+#                                       another card: the fp8 final over every pick (~150 s)
 #   bash benchmarks/device_visit.sh 2   H200: every other shape of the sweep re-ported (~570 s)
 # Results under $OUT (sweep/, vendor/, fp8/, rate/, trace/); see device_runs.sh for each step.
 GPU=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)
@@ -14,9 +13,12 @@ echo "GPU: $GPU"
 SEVEN=3000x5000x1000,5000x3000x1024,1000x3000x1000,6000x7000x2000,3000x4000x4104,7000x9000x3000,1536x1536x1536
 case "$GPU" in
   *H200*) ;;
-  *) echo "not an H200: the rate and the ping-pong timelines"
-     TRACE_PROBES=benchmarks/gemm_trace_pingpong.json BUDGET_S=${BUDGET_S:-330} \
-       bash benchmarks/device_runs.sh rate trace
+  *) # the rate and the ping-pong timelines ran on an H100 in the eighteenth session
+     # (wgmma_rate_pingpong_h100.json, gemm_trace_pingpong_h100.json): another card runs the
+     # fp8 final over every pick, clusters of 2 at 128 x 256 / 128 x 192 among them (~150 s)
+     echo "not an H200: the fp8 final"
+     echo "test_gpu_gemm_fp8 and (PINGPONG or e5m2 or PSETS or BN160)" > /tmp/gpu_tests_passed
+     BUDGET_S=${BUDGET_S:-200} bash benchmarks/device_runs.sh fp8
      exit 0 ;;
 esac
 if [ "${1:-1}" = 1 ]; then
