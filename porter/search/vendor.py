@@ -26,7 +26,8 @@ KEEP = ("BM", "BN", "CLUSTER")   # what a repair of the vendor's seed tries to k
 
 NVJET = re.compile(r"nvjet_sm\d+a?_\w+?_(\d+)x(\d+)_(\d+)x(\d+)_(\d+)x(\d+)_")
 # the kernel-name families a template's [vendor] section can name, with the fields each yields
-DECODERS = {"nvjet": ("BM", "BN", "BK", "STAGES", "CLUSTER")}
+# (nvjet's PINGPONG: 1 for a kernel whose name lacks `coop`, the vendor's ping-pong schedule)
+DECODERS = {"nvjet": ("BM", "BN", "BK", "STAGES", "CLUSTER", "PINGPONG")}
 
 
 def nvjet_tile(name: str) -> dict | None:
@@ -37,6 +38,17 @@ def nvjet_tile(name: str) -> dict | None:
         return None
     cols, rows, bk, stages, cn, cm = map(int, m.groups())
     return {"BM": rows, "BN": cols, "BK": bk, "STAGES": stages, "CLUSTER": cn * cm}
+
+
+def nvjet_pingpong(name: str) -> bool | None:
+    """Whether an nvjet kernel runs the ping-pong schedule (two consumer warpgroups taking
+    whole tiles in turn): cuBLAS marks its cooperative kernels (`coopA`, `coopB`) and names the
+    others without a mark, as at 1536^3 (`..._144x128_64x6_1x2_h_bz_TNN`) and for cuBLASLt's
+    fp8 kernel with row and column scales (`..._128x128_128x6_1x2_h_bz_ovscale_TNT`). None for
+    another kernel."""
+    if nvjet_tile(name) is None:
+        return None
+    return "_coop" not in name
 
 
 def vendor_seed(kernels: Iterable[str], base: Mapping[str, Any],
@@ -84,18 +96,33 @@ def vendor_seeds(kernels: Iterable[str], base: Mapping[str, Any],
                  params: Mapping[str, Sequence],
                  feasible: Callable[[dict], bool] | None = None,
                  names: Mapping[str, str] | None = None) -> list[dict]:
-    """The vendor's seed (`vendor_seed`), then, where the vendor runs clusters and the template
-    offers CLUSTER 1, the same tile without a cluster, fitted the same way: a cluster's
-    gain depends on the rest of the kernel, and the search steps away from a seed's cluster
-    only by chance. Repeats left out; [] without an nvjet kernel."""
+    """The vendor's seed (`vendor_seed`, the schedule left as `base` has it); then, where the
+    vendor's kernel is a ping-pong one (`nvjet_pingpong`) and the template maps PINGPONG, the
+    same seed with the ping-pong schedule, where that is feasible with at most two other
+    parameters changed (tile, cluster and stages kept); then, where the vendor runs clusters and
+    the template offers CLUSTER 1, the same tile without a cluster, fitted the same way: a
+    cluster's gain, like the schedule's, depends on the rest of the kernel, and the search steps
+    away from a seed's cluster or schedule only by chance. Repeats left out; [] without an
+    nvjet kernel."""
     kernels = list(kernels)
     out = []
     first = vendor_seed(kernels, base, params, feasible, names=names)
     cl = "CLUSTER" if names is None else names.get("CLUSTER")
+    pp = "PINGPONG" if names is None else names.get("PINGPONG")
     if first is not None:
         out.append(first)
+        name = next(k for k in kernels if nvjet_tile(k) is not None)
+        if pp and pp in first and nvjet_pingpong(name) and 1 in params.get(pp, ()) \
+                and first[pp] != 1:
+            turn = {**first, pp: 1}
+            if feasible is not None:
+                stage_p = "STAGES" if names is None else (names.get("STAGES") or "STAGES")
+                keep = [pp, stage_p, *((names or {f: f for f in KEEP}).get(f) for f in KEEP)]
+                turn = repair(turn, params, feasible, 2, keep=[k for k in keep if k])
+            if turn is not None and turn not in out:
+                out.append(turn)
         if cl and first.get(cl, 1) != 1 and 1 in params.get(cl, ()):
             alone = vendor_seed(kernels, base, params, feasible, cluster=1, names=names)
-            if alone is not None and alone != first:
+            if alone is not None and alone not in out:
                 out.append(alone)
     return out
