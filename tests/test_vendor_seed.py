@@ -84,6 +84,46 @@ def test_a_clustered_vendor_tile_comes_with_and_without_its_cluster():
     assert vendor_seeds(["Memset (Device)"], base, tpl.params, feasible) == []
 
 
+def test_a_ping_pong_vendor_kernel_seeds_the_ping_pong_schedule_too():
+    """A kernel without `coop` in its name is cuBLAS's ping-pong schedule: the seed comes as
+    the base's schedule, then with PINGPONG 1 (tile, cluster and stages kept), then without the
+    cluster. A cooperative kernel gives no ping-pong seed; nor does one where ping-pong cannot
+    be fitted (1536^3: 66 tile pairs for 66 clusters, and ping-pong needs more tiles than CTAs);
+    a template whose [vendor] leaves PINGPONG unmapped gets none either. cuBLASLt's fp8 kernel
+    for row and column scales is such a kernel, and gemm_fp8 takes both schedules from it."""
+    from porter.search.vendor import nvjet_pingpong
+    tpl, arch = find_template("gemm_wgmma"), get_arch("sm_90a")
+    assert nvjet_pingpong("nvjet_sm90_tst_144x128_64x6_1x2_h_bz_TNN") is True
+    assert nvjet_pingpong("nvjet_sm90_tst_152x256_64x4_1x2_h_bz_coopA_TNN") is False
+    assert nvjet_pingpong("nvjet_sm90_qqtst_320x128_128x3_1x2_h_bz_coopB_TNT") is False
+    assert nvjet_pingpong("Memset (Device)") is None
+    shape = (3000, 5000, 1024)
+
+    def feasible(c, shape=shape, tpl=tpl):
+        return static_check(tpl, arch, c, [shape]) is None
+    pp = ["nvjet_sm90_tst_192x128_64x4_1x2_h_bz_TNN"]
+    seeds = vendor_seeds(pp, BASE, tpl.params, feasible, tpl.vendor.params)
+    assert [(c["BN"], c["CLUSTER"], c["PINGPONG"]) for c in seeds] == \
+        [(192, 2, 0), (192, 2, 1), (192, 1, 0)]
+    assert seeds[1] == {**seeds[0], "PINGPONG": 1} and all(map(feasible, seeds))
+    coop = ["nvjet_sm90_tst_192x128_64x4_1x2_h_bz_coopA_TNN"]
+    assert [c["PINGPONG"] for c in vendor_seeds(coop, BASE, tpl.params, feasible)] == [0, 0]
+    unmapped = {f: f for f in ("BM", "BN", "BK", "STAGES", "CLUSTER")}
+    assert [c["PINGPONG"] for c in vendor_seeds(pp, BASE, tpl.params, feasible,
+                                                unmapped)] == [0, 0]
+    # 1536^3 (the real name): ping-pong does not fit, the two seeds as before
+    small = vendor_seeds(kernels((1536, 1536, 1536)), {**BASE, "PERSIST": 0}, tpl.params,
+                         lambda c: static_check(tpl, arch, c, [(1536, 1536, 1536)]) is None)
+    assert [c["PINGPONG"] for c in small] == [0, 0]
+    fp8 = find_template("gemm_fp8")
+    size = (8192, 8192, 8192, 2, 1)
+    row = vendor_seeds(["nvjet_sm90_qqtst_128x128_128x6_1x2_h_bz_ovscale_TNT"],
+                       fp8.complete({}), fp8.params,
+                       lambda c: static_check(fp8, arch, c, [size]) is None, fp8.vendor.params)
+    assert [(c["BM"], c["BN"], c["STAGES"], c["CLUSTER"], c["PINGPONG"]) for c in row] == \
+        [(128, 128, 6, 2, 0), (128, 128, 6, 2, 1), (128, 128, 6, 1, 0)]
+
+
 def test_the_sweep_puts_the_vendors_seeds_second():
     import gemm_sweep as gs
     from _sweep_port import N_SEEDS, sweep_seeds
