@@ -9,7 +9,8 @@ structure the vendor picked for this shape (at 1000x3000x1000 a 128 x 200 tile i
 clusters, the same tile without one is another (`vendor_seeds`: at 1536^3 cuBLAS runs 128 x 144
 in clusters of 2, which read 0.971 of cuBLAS for our port on an H100 while the same tile without
 a cluster read 0.986-0.994 in the same visit, and the search, started from the clustered seed,
-never tried it).
+never tried it). A kernel whose name lacks `coop` is the vendor's ping-pong schedule: the seed
+comes with PINGPONG 1 too, where the template maps it (`nvjet_pingpong`).
 
 Nothing here runs a GPU: the caller gets the kernel names (the GPU backend's `vendor_kernels`
 takes them from torch's profiler around the op's baselines) and passes the shape's static check,
