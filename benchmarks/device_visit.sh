@@ -27,9 +27,10 @@ if [ "${1:-1}" = 1 ]; then
   echo "test_gpu_gemm_fp8 and (PINGPONG or e5m2 or PSETS or BN160)" > /tmp/gpu_tests_passed
   # the H100's port of the same seven shapes (fifteenth session, each >= 0.955 there) is a
   # warm-start source too, as a port from one GPU to the next would use it
-  SWEEP_WARM_FROM=benchmarks/results/gemm_sweep_weak_h100.json SWEEP_SHAPES=$SEVEN SWEEP_S=280 BUDGET_S=${BUDGET_S:-520} \
-    bash benchmarks/device_runs.sh sweep=${LABEL:-visit17} fp8 rate
+  SWEEP_WARM_FROM=benchmarks/results/gemm_sweep_weak_h100.json SWEEP_SHAPES=$SEVEN \
+    SWEEP_S=280 BUDGET_S=${BUDGET_S:-520} \
+    bash benchmarks/device_runs.sh sweep=${LABEL:-visit-$(date +%F)} fp8 rate
 else
   SWEEP_SHAPES=all SWEEP_SKIP=$SEVEN SWEEP_S=560 BUDGET_S=${BUDGET_S:-570} \
-    bash benchmarks/device_runs.sh sweep=${LABEL:-visit17b}
+    bash benchmarks/device_runs.sh sweep=${LABEL:-visit-$(date +%F)b}
 fi
