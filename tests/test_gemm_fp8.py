@@ -59,6 +59,10 @@ CONFIGS = [
     {**BASE, "BN": 128, "STAGES": 6, "PINGPONG": 1, "CLUSTER": 2, "EARLY_SCALES": 1},
     {**BASE, "BN": 128, "STAGES": 6, "PINGPONG": 1, "EPI": 0},
     {**BASE, "BN": 96, "STAGES": 6, "PINGPONG": 1, "PROMOTE": 1, "EPI": 0},
+    # ping-pong 128 x 192 (2 x 96 accumulators a consumer thread) in clusters of 2, with early
+    # per-row/column scales
+    {**BASE, "BN": 192, "STAGES": 5, "PINGPONG": 1, "CLUSTER": 2},
+    {**BASE, "BN": 192, "STAGES": 5, "PINGPONG": 1, "CLUSTER": 2, "EARLY_SCALES": 1},
     # two partial sets in turn (3 x 64 or 3 x 72 accumulators, the consumers at 240 registers):
     # 128 x 128 alone, in clusters of 2 with early scales from the registers, with stream-K;
     # 128 x 144 (cuBLASLt's promoted tile); ping-pong 128 x 64; 64 x 128 on one consumer
@@ -128,6 +132,8 @@ def test_constraints_reject_what_cannot_work():
     pp = {**BASE, "BN": 128, "STAGES": 6, "PINGPONG": 1}
     assert _feasible(tpl, pp)
     assert not _feasible(tpl, {**pp, "BN": 256, "STAGES": 4})            # 2 x 128 a consumer
+    assert _feasible(tpl, {**pp, "BN": 192, "STAGES": 5})                # 2 x 96
+    assert not _feasible(tpl, {**pp, "BN": 192, "STAGES": 5, "PROMOTE": 1}, promoted)
     assert not _feasible(tpl, {**pp, "STREAMK": 1})
     assert not _feasible(tpl, {**pp, "ORDERED": 1})
     assert not _feasible(tpl, pp, (1024, 1024, 8192, 1, 1))              # 64 tiles: < 2 a CTA

@@ -37,6 +37,8 @@ FAST = [BASE, {**BASE, "EPI": 0}, {**BASE, "STREAMK": 1}, {**BASE, "CLUSTER": 2,
         {**BASE, "BN": 128, "STAGES": 6, "PINGPONG": 1},
         {**BASE, "BN": 128, "STAGES": 6, "PINGPONG": 1, "CLUSTER": 2, "EARLY_SCALES": 1},
         {**BASE, "BN": 128, "STAGES": 6, "PINGPONG": 1, "EPI": 0},
+        # ... and whole 128 x 192 tiles (2 x 96 accumulators) in clusters of 2 (not yet run)
+        {**BASE, "BN": 192, "STAGES": 5, "PINGPONG": 1, "CLUSTER": 2, "EARLY_SCALES": 1},
         {**BASE, "BN": 160, "STAGES": 5, "CLUSTER": 2}]
 PROMOTED = [{**BASE, "BN": 192, "STAGES": 5, "PROMOTE": 1},
             {**BASE, "BN": 128, "STAGES": 6, "PROMOTE": 2},
