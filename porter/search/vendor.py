@@ -52,6 +52,11 @@ def nvjet_pingpong(name: str) -> bool | None:
     return "_coop" not in name
 
 
+def _fields(names: Mapping[str, str] | None) -> dict[str, str]:
+    """The template's parameter for each nvjet field (`names`; None: each field's own name)."""
+    return {f: f for f in DECODERS["nvjet"]} if names is None else dict(names)
+
+
 def vendor_seed(kernels: Iterable[str], base: Mapping[str, Any],
                 params: Mapping[str, Sequence],
                 feasible: Callable[[dict], bool] | None = None,
@@ -72,7 +77,7 @@ def vendor_seed(kernels: Iterable[str], base: Mapping[str, Any],
         return None
     if cluster is not None:
         tile = {**tile, "CLUSTER": cluster}
-    rename = {f: f for f in tile} if names is None else dict(names)
+    rename = _fields(names)
     tile = {rename[f]: v for f, v in tile.items() if rename.get(f)}
     keep = tuple(rename[f] for f in KEEP if rename.get(f))
     stage_p = rename.get("STAGES") or "STAGES"
@@ -108,8 +113,8 @@ def vendor_seeds(kernels: Iterable[str], base: Mapping[str, Any],
     kernels = list(kernels)
     out = []
     first = vendor_seed(kernels, base, params, feasible, names=names)
-    cl = "CLUSTER" if names is None else names.get("CLUSTER")
-    pp = "PINGPONG" if names is None else names.get("PINGPONG")
+    rename = _fields(names)
+    cl, pp = rename.get("CLUSTER"), rename.get("PINGPONG")
     if first is not None:
         out.append(first)
         name = next(k for k in kernels if nvjet_tile(k) is not None)
@@ -117,8 +122,7 @@ def vendor_seeds(kernels: Iterable[str], base: Mapping[str, Any],
                 and first[pp] != 1:
             turn = {**first, pp: 1}
             if feasible is not None:
-                stage_p = "STAGES" if names is None else (names.get("STAGES") or "STAGES")
-                keep = [pp, stage_p, *((names or {f: f for f in KEEP}).get(f) for f in KEEP)]
+                keep = [pp, rename.get("STAGES") or "STAGES", *(rename.get(f) for f in KEEP)]
                 turn = repair(turn, params, feasible, 2, keep=[k for k in keep if k])
             if turn is not None and turn not in out:
                 out.append(turn)
