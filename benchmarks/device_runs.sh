@@ -34,6 +34,9 @@
 #                                                with the fast-accumulation picks (~45 s)
 #   bash benchmarks/device_runs.sh fp8p          the final over the promoted picks alone (both
 #                                                scalings, ~35 s: PSETS=2 beside the others)
+#   bash benchmarks/device_runs.sh twins         each promoted pick beside its fast twin (the same
+#                                                configuration with PROMOTE 0), per-tensor
+#                                                scales: promotion's own cost per tile (~80 s)
 #   bash benchmarks/device_runs.sh trace         the CTAs' timelines (gemm_trace.py) of 256-row
 #                                                tiles beside 128x256 at aligned K: how long a
 #                                                k-tile takes with real loads (~120 s);
@@ -76,7 +79,7 @@ picks_where() {
 PASSED=/tmp/gpu_tests_passed
 PP_CASES="test_gpu_gemm_fp8 and scaling_mode and PINGPONG"
 NEW_CASES="test_gpu_gemm_fp8 and (PINGPONG or e5m2 or PSETS or BN160)"
-declare -A NEED=([fp8]=240 [tests]=330 [quick]=120 [e5m2]=100 [promo]=220 [probe]=220 [rate]=30 [fp8p]=90 [trace]=150 [ring]=200 [prefetch]=150)
+declare -A NEED=([fp8]=240 [tests]=330 [quick]=120 [e5m2]=100 [promo]=220 [probe]=220 [rate]=30 [fp8p]=90 [twins]=120 [trace]=150 [ring]=200 [prefetch]=150)
 WEAK=1000x3000x1000,3000x5000x1000,1536x1536x1536,7000x9000x3000,3000x4000x4104
 while [ $# -gt 0 ]; do
   step=$1; shift
@@ -151,6 +154,18 @@ print(','.join(x for s in g.SHAPES if (x := 'x'.join(map(str, s[1:]))) not in sk
       timeout $(cap 200) python3 benchmarks/gemm_fp8.py --out "$OUT/fp8p" --final \
         --params /tmp/picks_promoted.json 2>&1 | tail -12
       echo "fp8p rc ${PIPESTATUS[0]}" ;;
+    twins)
+      # each promoted pick beside its fast twin (PROMOTE 0, one set; the same tile, stages,
+      # cluster and schedule), per-tensor scales: what promotion itself costs at each tile,
+      # apart from what the tile costs (the finalists' ours_ms, pick against twin)
+      python3 -c "import json
+p = [x for x in json.load(open('benchmarks/gemm_fp8_picks.json')) if x['size'][4] == 2]
+tw = [{'size': x['size'][:4] + [1], 'params': {**{k: v for k, v in x['params'].items()
+      if k != 'PSETS'}, 'PROMOTE': 0, 'ORDERED': 0}} for x in p]
+json.dump(p + [t for i, t in enumerate(tw) if t not in tw[:i]], open('/tmp/picks_twins.json', 'w'))"
+      timeout $(cap 200) python3 benchmarks/gemm_fp8.py --out "$OUT/twins" --final --scalings 1 \
+        --params /tmp/picks_twins.json 2>&1 | tail -12
+      echo "twins rc ${PIPESTATUS[0]}" ;;
     e5m2)
       picks_where "x['size'][4] == 1" /tmp/picks_e5m2.json
       timeout $(cap 150) python3 benchmarks/gemm_fp8.py --template gemm_fp8_e5m2 --out "$OUT/e5m2" \
@@ -187,7 +202,7 @@ print(','.join(x for s in g.SHAPES if (x := 'x'.join(map(str, s[1:]))) not in sk
       timeout $(cap 220) python3 benchmarks/gemm_probe.py --out "$OUT/probe" \
         --probes benchmarks/gemm_probe_vendor_tiles.json 2>&1 | tail -30
       echo "probe rc ${PIPESTATUS[0]}" ;;
-    *) echo "unknown step $step (sweep=LABEL, fp8, fp8p, tests, quick, probe, promo, e5m2, rate, trace, ring, prefetch)"; exit 2 ;;
+    *) echo "unknown step $step (sweep=LABEL, fp8, fp8p, twins, tests, quick, probe, promo, e5m2, rate, trace, ring, prefetch)"; exit 2 ;;
   esac
   date
 done

@@ -350,6 +350,8 @@ def main():
     ap.add_argument("--port-shapes", default="8192x8192x8192")
     ap.add_argument("--final", action="store_true")
     ap.add_argument("--params", default=None, help="JSON of [{size, params}] picks for --final")
+    ap.add_argument("--scalings", default="1,2",
+                    help="--final's scalings (1 per-tensor, 2 per-row/column), comma-separated")
     ap.add_argument("--template", default="gemm_fp8",
                     help="a template folder to time instead (an earlier or changed copy)")
     ap.add_argument("--ab", default=None,
@@ -379,7 +381,7 @@ def main():
         do_ab(r, Runner(template=args.ab), out, picks)
         print(f"[{time.time() - t0:.0f} s]", flush=True)
     if args.final:
-        do_final(r, out, picks)
+        do_final(r, out, picks, tuple(int(v) for v in args.scalings.split(",")))
         print(f"[{time.time() - t0:.0f} s]", flush=True)
 
 
