@@ -36,7 +36,8 @@
 #                                                scalings, ~35 s: PSETS=2 beside the others)
 #   bash benchmarks/device_runs.sh twins         each promoted pick beside its fast twin (the same
 #                                                configuration with PROMOTE 0), per-tensor
-#                                                scales: promotion's own cost per tile (~80 s)
+#                                                scales: promotion's own cost per tile, after
+#                                                the half-width set's GPU cases (~150 s)
 #   bash benchmarks/device_runs.sh trace         the CTAs' timelines (gemm_trace.py) of 256-row
 #                                                tiles beside 128x256 at aligned K: how long a
 #                                                k-tile takes with real loads (~120 s);
@@ -79,7 +80,8 @@ picks_where() {
 PASSED=/tmp/gpu_tests_passed
 PP_CASES="test_gpu_gemm_fp8 and scaling_mode and PINGPONG"
 NEW_CASES="test_gpu_gemm_fp8 and (PINGPONG or e5m2 or PSETS or BN160)"
-declare -A NEED=([fp8]=240 [tests]=330 [quick]=120 [e5m2]=100 [promo]=220 [probe]=220 [rate]=30 [fp8p]=90 [twins]=120 [trace]=150 [ring]=200 [prefetch]=150)
+PSPLIT_CASES="test_gpu_gemm_fp8 and scaling_mode and PSPLIT"
+declare -A NEED=([fp8]=240 [tests]=330 [quick]=120 [e5m2]=100 [promo]=220 [probe]=220 [rate]=30 [fp8p]=90 [twins]=180 [trace]=150 [ring]=200 [prefetch]=150)
 WEAK=1000x3000x1000,3000x5000x1000,1536x1536x1536,7000x9000x3000,3000x4000x4104
 while [ $# -gt 0 ]; do
   step=$1; shift
@@ -137,6 +139,19 @@ print(','.join(x for s in g.SHAPES if (x := 'x'.join(map(str, s[1:]))) not in sk
       else
         echo "$PP_CASES" >> $PASSED
       fi
+      # the half-width promotion set (PSPLIT 2, nineteenth session): its GPU cases, or its
+      # picks left out
+      if ! grep -qxF "$PSPLIT_CASES" $PASSED 2>/dev/null; then
+        timeout -s INT $(cap 90) python3 -m pytest -q -x --timeout 60 -p no:cacheprovider \
+          tests/test_gpu_gemm_fp8.py -k "$PSPLIT_CASES" 2>&1 | tail -4
+        if [ "${PIPESTATUS[0]}" = 0 ]; then echo "$PSPLIT_CASES" >> $PASSED
+        else
+          echo "PSPLIT cases failed: the final leaves the PSPLIT picks out"
+          python3 -c "import json; json.dump([x for x in json.load(open('$picks'))
+            if x['params'].get('PSPLIT', 1) == 1], open('/tmp/picks_np.json', 'w'))"
+          picks=/tmp/picks_np.json
+        fi
+      fi
       timeout $(cap 300) python3 benchmarks/gemm_fp8.py --out "$OUT/fp8" --final --params $picks 2>&1 | tail -40
       echo "fp8 rc ${PIPESTATUS[0]}" ;;
     tests)
@@ -158,10 +173,16 @@ print(','.join(x for s in g.SHAPES if (x := 'x'.join(map(str, s[1:]))) not in sk
       # each promoted pick beside its fast twin (PROMOTE 0, one set; the same tile, stages,
       # cluster and schedule), per-tensor scales: what promotion itself costs at each tile,
       # apart from what the tile costs (the finalists' ours_ms, pick against twin)
+      # the half-width promotion set (PSPLIT 2) first verified on its GPU cases (its picks
+      # left out if they fail)
+      timeout -s INT $(cap 90) python3 -m pytest -q -x --timeout 60 -p no:cacheprovider \
+        tests/test_gpu_gemm_fp8.py -k "$PSPLIT_CASES" 2>&1 | tail -4
+      if [ "${PIPESTATUS[0]}" = 0 ]; then psplit=2; echo "$PSPLIT_CASES" >> $PASSED; else psplit=1; fi
       python3 -c "import json
-p = [x for x in json.load(open('benchmarks/gemm_fp8_picks.json')) if x['size'][4] == 2]
+p = [x for x in json.load(open('benchmarks/gemm_fp8_picks.json')) if x['size'][4] == 2
+     and x['params'].get('PSPLIT', 1) <= $psplit]
 tw = [{'size': x['size'][:4] + [1], 'params': {**{k: v for k, v in x['params'].items()
-      if k != 'PSETS'}, 'PROMOTE': 0, 'ORDERED': 0}} for x in p]
+      if k not in ('PSETS', 'PSPLIT')}, 'PROMOTE': 0, 'ORDERED': 0}} for x in p]
 json.dump(p + [t for i, t in enumerate(tw) if t not in tw[:i]], open('/tmp/picks_twins.json', 'w'))"
       timeout $(cap 200) python3 benchmarks/gemm_fp8.py --out "$OUT/twins" --final --scalings 1 \
         --params /tmp/picks_twins.json 2>&1 | tail -12

@@ -5,8 +5,9 @@
 #                                       re-ported with cuBLAS's own kernels among the seeds
 #                                       (merged into gemm_sweep_h200.json), the fp8 final over
 #                                       gemm_fp8_picks.json, the tensor pipe's rate (~520 s)
-#                                       another card: promoted fp8 picks beside their fast
-#                                       twins (~100 s)
+#                                       another card: the half-width promotion set's GPU
+#                                       cases, then promoted fp8 picks beside their fast
+#                                       twins (~150 s)
 #   bash benchmarks/device_visit.sh 2   H200: every other shape of the sweep re-ported (~570 s)
 # Results under $OUT (sweep/, vendor/, fp8/, rate/, trace/); see device_runs.sh for each step.
 GPU=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)
@@ -20,9 +21,9 @@ case "$GPU" in
   *H200*) ;;
   *) # the fp8 final over every pick ran on an H100 in the nineteenth session
      # (gemm_fp8_h100.json): another card times each promoted pick beside its fast twin, to
-     # split the promoted gap into what the tile costs and what promotion costs (~100 s)
+     # split the promoted gap into what the tile costs and what promotion costs (~150 s)
      echo "not an H200: promoted picks beside their fast twins"
-     BUDGET_S=${BUDGET_S:-160} bash benchmarks/device_runs.sh twins
+     BUDGET_S=${BUDGET_S:-220} bash benchmarks/device_runs.sh twins
      exit 0 ;;
 esac
 if [ "${1:-1}" = 1 ]; then

@@ -80,6 +80,12 @@ CONFIGS = [
     {**BASE, "BN": 144, "STAGES": 6, "PROMOTE": 1, "PSETS": 2, "CLUSTER": 2},
     {**BASE, "BN": 160, "STAGES": 5, "CLUSTER": 2},
     {**BASE, "BN": 96, "STAGES": 6, "PINGPONG": 1, "PROMOTE": 1},
+    # a half-width promotion set (128 + 64 accumulators): 128 x 256 promoted alone, in clusters
+    # of 2 with early scales, with stream-K from the registers; ping-pong 128 x 128 promoted
+    {**BASE, "PROMOTE": 1, "PSPLIT": 2},
+    {**BASE, "PROMOTE": 1, "PSPLIT": 2, "CLUSTER": 2, "EARLY_SCALES": 1},
+    {**BASE, "PROMOTE": 1, "PSPLIT": 2, "STREAMK": 1, "EPI": 0},
+    {**BASE, "BN": 128, "STAGES": 6, "PINGPONG": 1, "PROMOTE": 1, "PSPLIT": 2},
 ]
 
 
@@ -144,6 +150,16 @@ def test_constraints_reject_what_cannot_work():
     assert not _feasible(tpl, {**two, "PROMOTE": 2}, promoted)           # sets of one k-tile
     assert not _feasible(tpl, {**two, "ORDERED": 1}, promoted)
     assert not _feasible(tpl, {**two, "PROMOTE": 0}, BIG)                # nothing to promote
+    half = {**BASE, "PROMOTE": 1, "PSPLIT": 2}                          # 128 + 64 a thread
+    assert _feasible(tpl, half, promoted)
+    assert not _feasible(tpl, half, BIG)                                 # fast: no set at all
+    assert not _feasible(tpl, {**half, "PSETS": 2}, promoted)            # 2 x 64 + 128
+    assert not _feasible(tpl, {**half, "PROMOTE": 2}, promoted)
+    assert not _feasible(tpl, {**half, "ORDERED": 1}, promoted)
+    assert not _feasible(tpl, {**pp, "BN": 192, "STAGES": 5, "PROMOTE": 1, "PSPLIT": 2},
+                         promoted)                                       # 192 + 96
+    assert _feasible(tpl, {**pp, "PROMOTE": 1, "PSPLIT": 2}, promoted)   # ping-pong 128 + 64
+    assert not _feasible(tpl, {**pp, "PROMOTE": 1}, promoted)            # ... a full set: 256
 
 
 def test_every_seed_is_feasible_somewhere():

@@ -60,7 +60,12 @@ PROMOTED = [{**BASE, "BN": 192, "STAGES": 5, "PROMOTE": 1},
             # TMA-stored 144 / 160 / 96 (not whole 64-column boxes: the last box overlaps the one
             # before it, or the last 16 columns go from the registers)
             {**BASE, "BN": 144, "STAGES": 6, "PROMOTE": 1, "PSETS": 2, "CLUSTER": 2},
-            {**BASE, "BN": 96, "STAGES": 6, "PROMOTE": 1, "PINGPONG": 1}]
+            {**BASE, "BN": 96, "STAGES": 6, "PROMOTE": 1, "PINGPONG": 1},
+            # a half-width promotion set: 128 x 256 promoted in two column halves, with
+            # stream-K from the registers; ping-pong 128 x 128 (not yet run)
+            {**BASE, "PROMOTE": 1, "PSPLIT": 2},
+            {**BASE, "PROMOTE": 1, "PSPLIT": 2, "STREAMK": 1, "EPI": 0, "EARLY_SCALES": 1},
+            {**BASE, "BN": 128, "STAGES": 6, "PROMOTE": 1, "PINGPONG": 1, "PSPLIT": 2}]
 # ragged M and N (partial tiles, clipped TMA stores), K not a multiple of 128 (zero-filled
 # k-tile), a long K, and enough tiles for the stream-K tail. torch._scaled_mm takes N and K in
 # multiples of 16 only: the ragged ones are checked against the reference alone.
