@@ -4,7 +4,7 @@
 #   bash benchmarks/device_visit.sh 1   H200: the seven shapes the H200 sweep left weakest
 #                                       re-ported with cuBLAS's own kernels among the seeds
 #                                       (merged into gemm_sweep_h200.json), the fp8 final over
-#                                       gemm_fp8_picks.json, the tensor pipe's rate (~520 s)
+#                                       gemm_fp8_picks.json, the tensor pipe's rate (~585 s)
 #                                       another card: the half-width promotion set's GPU
 #                                       cases, then promoted fp8 picks beside their fast
 #                                       twins (~150 s)
@@ -30,7 +30,7 @@ if [ "${1:-1}" = 1 ]; then
   # the H100's port of the same seven shapes (fifteenth session, each >= 0.955 there) is a
   # warm-start source too, as a port from one GPU to the next would use it
   SWEEP_WARM_FROM=benchmarks/results/gemm_sweep_weak_h100.json SWEEP_SHAPES=$SEVEN \
-    SWEEP_S=280 BUDGET_S=${BUDGET_S:-520} \
+    SWEEP_S=280 BUDGET_S=${BUDGET_S:-585} \
     bash benchmarks/device_runs.sh sweep=${LABEL:-visit-$(date +%F)} fp8 rate
 else
   SWEEP_SHAPES=all SWEEP_SKIP=$SEVEN SWEEP_S=560 BUDGET_S=${BUDGET_S:-570} \
