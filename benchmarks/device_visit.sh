@@ -5,9 +5,7 @@
 #                                       re-ported with cuBLAS's own kernels among the seeds
 #                                       (merged into gemm_sweep_h200.json), the fp8 final over
 #                                       gemm_fp8_picks.json, the tensor pipe's rate (~585 s)
-#                                       another card: the half-width promotion set's GPU
-#                                       cases, then promoted fp8 picks beside their fast
-#                                       twins (~150 s)
+#                                       another card: the fp8 final over every pick (~190 s)
 #   bash benchmarks/device_visit.sh 2   H200: every other shape of the sweep re-ported (~570 s)
 # Results under $OUT (sweep/, vendor/, fp8/, rate/, trace/); see device_runs.sh for each step.
 GPU=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)
@@ -19,11 +17,11 @@ SEVEN=3000x5000x1000,5000x3000x1024,1000x3000x1000,6000x7000x2000,3000x4000x4104
 echo "test_gpu_gemm_fp8 and (PINGPONG or e5m2 or PSETS or BN160)" > /tmp/gpu_tests_passed
 case "$GPU" in
   *H200*) ;;
-  *) # the fp8 final over every pick ran on an H100 in the nineteenth session
-     # (gemm_fp8_h100.json): another card times each promoted pick beside its fast twin, to
-     # split the promoted gap into what the tile costs and what promotion costs (~150 s)
-     echo "not an H200: promoted picks beside their fast twins"
-     BUDGET_S=${BUDGET_S:-220} bash benchmarks/device_runs.sh twins
+  *) # the twins (each promoted pick beside its fast twin) ran on an H100 in the nineteenth
+     # session (gemm_fp8_twins_h100.json): another card runs the fp8 final over every pick,
+     # both scalings, the PSPLIT ones among them (~190 s)
+     echo "not an H200: the fp8 final"
+     BUDGET_S=${BUDGET_S:-240} bash benchmarks/device_runs.sh fp8
      exit 0 ;;
 esac
 if [ "${1:-1}" = 1 ]; then
