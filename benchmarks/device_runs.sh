@@ -38,6 +38,8 @@
 #                                                configuration with PROMOTE 0), per-tensor
 #                                                scales: promotion's own cost per tile, after
 #                                                the half-width set's GPU cases (~150 s)
+#   bash benchmarks/device_runs.sh intervals     promotion every 1, 2, 4 k-tiles and two sets at
+#                                                128 x 128 / 128 x 144 beside fast twins (~60 s)
 #   bash benchmarks/device_runs.sh trace         the CTAs' timelines (gemm_trace.py) of 256-row
 #                                                tiles beside 128x256 at aligned K: how long a
 #                                                k-tile takes with real loads (~120 s);
@@ -81,7 +83,7 @@ PASSED=/tmp/gpu_tests_passed
 PP_CASES="test_gpu_gemm_fp8 and scaling_mode and PINGPONG"
 NEW_CASES="test_gpu_gemm_fp8 and (PINGPONG or e5m2 or PSETS or BN160)"
 PSPLIT_CASES="test_gpu_gemm_fp8 and scaling_mode and PSPLIT"
-declare -A NEED=([fp8]=240 [tests]=330 [quick]=120 [e5m2]=100 [promo]=220 [probe]=220 [rate]=30 [fp8p]=90 [twins]=180 [trace]=150 [ring]=200 [prefetch]=150)
+declare -A NEED=([fp8]=240 [tests]=330 [quick]=120 [e5m2]=100 [promo]=220 [probe]=220 [rate]=30 [fp8p]=90 [twins]=180 [intervals]=90 [trace]=150 [ring]=200 [prefetch]=150)
 WEAK=1000x3000x1000,3000x5000x1000,1536x1536x1536,7000x9000x3000,3000x4000x4104
 while [ $# -gt 0 ]; do
   step=$1; shift
@@ -187,6 +189,13 @@ json.dump(p + [t for i, t in enumerate(tw) if t not in tw[:i]], open('/tmp/picks
       timeout $(cap 200) python3 benchmarks/gemm_fp8.py --out "$OUT/twins" --final --scalings 1 \
         --params /tmp/picks_twins.json 2>&1 | tail -12
       echo "twins rc ${PIPESTATUS[0]}" ;;
+    intervals)
+      # promotion every 1, 2 and 4 k-tiles and with two sets, at 128 x 128 and 128 x 144, beside
+      # their fast twins (gemm_fp8_intervals.json), per-tensor: whether promotion's cost is its
+      # additions (halved by P = 2) or its waits (hidden by two sets); finalists carry errors
+      timeout $(cap 120) python3 benchmarks/gemm_fp8.py --out "$OUT/intervals" --final --scalings 1 \
+        --params benchmarks/gemm_fp8_intervals.json 2>&1 | tail -8
+      echo "intervals rc ${PIPESTATUS[0]}" ;;
     e5m2)
       picks_where "x['size'][4] == 1" /tmp/picks_e5m2.json
       timeout $(cap 150) python3 benchmarks/gemm_fp8.py --template gemm_fp8_e5m2 --out "$OUT/e5m2" \
@@ -223,7 +232,7 @@ json.dump(p + [t for i, t in enumerate(tw) if t not in tw[:i]], open('/tmp/picks
       timeout $(cap 220) python3 benchmarks/gemm_probe.py --out "$OUT/probe" \
         --probes benchmarks/gemm_probe_vendor_tiles.json 2>&1 | tail -30
       echo "probe rc ${PIPESTATUS[0]}" ;;
-    *) echo "unknown step $step (sweep=LABEL, fp8, fp8p, twins, tests, quick, probe, promo, e5m2, rate, trace, ring, prefetch)"; exit 2 ;;
+    *) echo "unknown step $step (sweep=LABEL, fp8, fp8p, twins, intervals, tests, quick, probe, promo, e5m2, rate, trace, ring, prefetch)"; exit 2 ;;
   esac
   date
 done

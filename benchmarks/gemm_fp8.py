@@ -291,7 +291,7 @@ def do_final(r, out, picks, scalings=(1, 2)):
                 state["size"], state["fast"] = size, accum == 1
                 # a candidate is timed only once its output verified on these inputs (a wrong
                 # kernel can be fast): those that did not are listed in the record
-                ok, bad = [], []
+                ok, bad, errs = [], [], []
                 for c in (c for c in cands if r.feasible(c, size)):
                     try:
                         e = r.own_error(c, size, state)
@@ -301,6 +301,7 @@ def do_final(r, out, picks, scalings=(1, 2)):
                         bad.append({"params": c, "error": e})
                     else:
                         ok.append(c)
+                        errs.append(e)
                 fin = [(side_by_side(r, c, size, state), c) for c in ok]
                 if not fin:
                     continue
@@ -319,8 +320,8 @@ def do_final(r, out, picks, scalings=(1, 2)):
                        "scaled_mm_fast_ms": res["scaled_mm_fast_ms"],
                        "scaled_mm_ms": res["scaled_mm_ms"], "params": cfg,
                        "selection_ratio": sel["ratio"],
-                       "finalists": [{"params": c, "ratio": f["ratio"], "ours_ms": f["ours_ms"]}
-                                     for f, c in fin],
+                       "finalists": [{"params": c, "ratio": f["ratio"], "ours_ms": f["ours_ms"],
+                                      "error": e} for (f, c), e in zip(fin, errs)],
                        "rejected": bad,
                        "error_ours": err["ours"],
                        "error_baseline": err["scaled_mm_fast" if accum == 1 else "scaled_mm"],
