@@ -86,6 +86,10 @@ CONFIGS = [
     {**BASE, "PROMOTE": 1, "PSPLIT": 2, "CLUSTER": 2, "EARLY_SCALES": 1},
     {**BASE, "PROMOTE": 1, "PSPLIT": 2, "STREAMK": 1, "EPI": 0},
     {**BASE, "BN": 128, "STAGES": 6, "PINGPONG": 1, "PROMOTE": 1, "PSPLIT": 2},
+    # ... over intervals of 2 and 4 k-tiles (the interval's stages all held)
+    {**BASE, "PROMOTE": 2, "PSPLIT": 2},
+    {**BASE, "PROMOTE": 2, "PSPLIT": 2, "CLUSTER": 2, "STREAMK": 2},
+    {**BASE, "BN": 192, "STAGES": 5, "PROMOTE": 4, "PSPLIT": 2},
 ]
 
 
@@ -154,7 +158,9 @@ def test_constraints_reject_what_cannot_work():
     assert _feasible(tpl, half, promoted)
     assert not _feasible(tpl, half, BIG)                                 # fast: no set at all
     assert not _feasible(tpl, {**half, "PSETS": 2}, promoted)            # 2 x 64 + 128
-    assert not _feasible(tpl, {**half, "PROMOTE": 2}, promoted)
+    assert _feasible(tpl, {**half, "PROMOTE": 2}, promoted)              # 128 + 64 still
+    assert not _feasible(tpl, {**half, "PROMOTE": 4}, promoted)          # 4 stages held: none free
+    assert _feasible(tpl, {**half, "BN": 192, "STAGES": 5, "PROMOTE": 4}, promoted)
     assert not _feasible(tpl, {**half, "ORDERED": 1}, promoted)
     assert not _feasible(tpl, {**pp, "BN": 192, "STAGES": 5, "PROMOTE": 1, "PSPLIT": 2},
                          promoted)                                       # 192 + 96

@@ -21,9 +21,9 @@
 //     in the wgmma accumulator throughout (the counterpart of cuBLASLt's fast accumulation).
 //     PSETS = 2 (with P = 1) keeps two such sets, two k-tiles in flight, and adds one while the
 //     other's MMAs run, so that the pipe waits for one addition in four k-tiles, not every one.
-//     PSPLIT = 2 (with P = 1) makes the set half the tile's width: each k-tile's MMAs go in two
-//     column halves, each waited for and added on its own, so that a 128 x 256 tile can be
-//     promoted (128 + 64 accumulators a thread where a full set would need 256).
+//     PSPLIT = 2 makes the set half the tile's width: the MMAs of each interval's P k-tiles go
+//     in two column halves, each waited for and added on its own, so that a 128 x 256 tile can
+//     be promoted (128 + 64 accumulators a thread where a full set would need 256).
 //   - the epilogue scales the accumulators (per tensor, or by row and column) before
 //     converting them; EPI=3 then stores 64 x 64 boxes by TMA (stmatrix into TMA's swizzle),
 //     EPI=0 straight from the registers. EARLY_SCALES=1 loads a tile's row and column scales
@@ -85,10 +85,11 @@
 #error "PSETS must be 1, or 2 with PROMOTE=1 and ORDERED=0"
 #endif
 #ifndef PSPLIT
-#define PSPLIT 1       // 2 (PROMOTE=1, PSETS=1): the promotion set holds half the tile's columns,
-#endif                 // each k-tile's MMAs issued and added in two column halves
-#if PSPLIT != 1 && (PSPLIT != 2 || PROMOTE != 1 || PSETS != 1 || ORDERED || BN % 32 != 0)
-#error "PSPLIT must be 1, or 2 with PROMOTE=1, PSETS=1, ORDERED=0 and BN a multiple of 32"
+#define PSPLIT 1       // 2 (PROMOTE > 0, PSETS=1): the promotion set holds half the tile's columns,
+#endif                 // each interval's MMAs issued and added in two column halves
+#if PSPLIT != 1 && (PSPLIT != 2 || !PROMOTE || PSETS != 1 || ORDERED || BN % 32 != 0 || \
+                    STAGES <= PROMOTE)
+#error "PSPLIT must be 1, or 2 with PROMOTE > 0, PSETS=1, ORDERED=0, BN % 32 == 0, STAGES > PROMOTE"
 #endif
 #define PART_N (BN / PSPLIT)           // the promotion set's columns
 #ifndef FP8_A
@@ -368,39 +369,57 @@ gemm_fp8(const uint8_t* __restrict__ A, const uint8_t* __restrict__ B, bf16_t* _
         kt += 2;
       }
       if (kt < w.ke) round(IntC<1>{});
-#else
-#if PROMOTE && PSPLIT == 1
-      bool held = false;   // prev's stage is still read by MMAs in flight
-#endif
-#if !PROMOTE || PSPLIT == 1
-      Cursor<STAGES> prev;
-#endif
-      for (int kt = w.kb; kt < w.ke; ++kt, ++it) {
-        const auto st = Cursor<STAGES>::at(it);
-        ring.wait(st);
-        wgmma::fence();
-#if PROMOTE && PSPLIT > 1
-        // PSPLIT: the k-tile's MMAs column half by column half into the half-width set, each
-        // half waited for and added into its columns of acc (an m64nNk32 thread's registers
-        // 4j..4j+3 are columns 8j..8j+7, so half h's are acc[mt][h * PART_N / 2 + i]); the stage
-        // is freed after the last half
+#elif PSPLIT > 1
+      // PSPLIT: an interval of G (= PROMOTE, fewer at the end) k-tiles, column half by column
+      // half: the G k-tiles' MMAs of half h into the half-width set (the first overwriting it),
+      // waited for and added into its columns of acc (an m64nNk32 thread's registers 4j..4j+3
+      // are columns 8j..8j+7, so half h's are acc[mt][h * PART_N / 2 + i]); the interval's
+      // stages are freed after the last half (STAGES > PROMOTE keeps the producer ahead)
+      const auto interval = [&](auto gc) {
+        constexpr int G = decltype(gc)::value;
+        Cursor<STAGES> sts[G];
 #pragma unroll
         for (int h = 0; h < PSPLIT; ++h) {
-          if (h > 0) wgmma::fence();
-          wgmma::mma_fp8_k_tiles<PART_N, BK / 32, MT, FP8_A, FP8_B>(
-              part, sA + st.stage * A_TILE_BYTES + WROW(c) * BK, 64 * BK, 0,
-              sB + st.stage * B_TILE_BYTES + h * PART_N * BK, 0, 0);
-          wgmma::commit();
+#pragma unroll
+          for (int j = 0; j < G; ++j) {
+            if (h == 0) {
+              sts[j] = Cursor<STAGES>::at(it + j);
+              ring.wait(sts[j]);
+            }
+            wgmma::fence();
+            wgmma::mma_fp8_k_tiles<PART_N, BK / 32, MT, FP8_A, FP8_B>(
+                part, sA + sts[j].stage * A_TILE_BYTES + WROW(c) * BK, 64 * BK, 0,
+                sB + sts[j].stage * B_TILE_BYTES + h * PART_N * BK, 0, j > 0 ? 1 : 0);
+            wgmma::commit();
+          }
           fence_d();
           wgmma::wait<0>();
           fence_d();
-          if (h == PSPLIT - 1 && lane == 0) ring.release_cluster<CLUSTER>(st);
+          if (h == PSPLIT - 1 && lane == 0) {
+#pragma unroll
+            for (int j = 0; j < G; ++j) ring.release_cluster<CLUSTER>(sts[j]);
+          }
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
             for (int i = 0; i < PART_N / 2; ++i) acc[mt][h * (PART_N / 2) + i] += part[mt][i];
         }
-#elif PROMOTE
+        it += G;
+      };
+      int kt = w.kb;
+      for (; kt + PROMOTE <= w.ke; kt += PROMOTE) interval(IntC<PROMOTE>{});
+      if constexpr (PROMOTE > 1)
+        for (; kt < w.ke; ++kt) interval(IntC<1>{});
+#else
+#if PROMOTE
+      bool held = false;   // prev's stage is still read by MMAs in flight
+#endif
+      Cursor<STAGES> prev;
+      for (int kt = w.kb; kt < w.ke; ++kt, ++it) {
+        const auto st = Cursor<STAGES>::at(it);
+        ring.wait(st);
+        wgmma::fence();
+#if PROMOTE
         // into the partial sums, the first MMA of an interval overwriting them; the previous
         // stage is freed once its MMAs retire (as without promotion); at the end of an
         // interval wait for all of them, free this stage and add the sums into acc
