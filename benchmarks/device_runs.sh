@@ -39,7 +39,8 @@
 #                                                scales: promotion's own cost per tile, after
 #                                                the half-width set's GPU cases (~150 s)
 #   bash benchmarks/device_runs.sh intervals     promotion every 1, 2, 4 k-tiles and two sets at
-#                                                128 x 128 / 128 x 144 beside fast twins (~60 s)
+#                                                128 x 128 / 144, PSPLIT at 128 x 192 / 256,
+#                                                beside fast twins (~90 s)
 #   bash benchmarks/device_runs.sh trace         the CTAs' timelines (gemm_trace.py) of 256-row
 #                                                tiles beside 128x256 at aligned K: how long a
 #                                                k-tile takes with real loads (~120 s);
@@ -83,7 +84,21 @@ PASSED=/tmp/gpu_tests_passed
 PP_CASES="test_gpu_gemm_fp8 and scaling_mode and PINGPONG"
 NEW_CASES="test_gpu_gemm_fp8 and (PINGPONG or e5m2 or PSETS or BN160)"
 PSPLIT_CASES="test_gpu_gemm_fp8 and scaling_mode and PSPLIT"
-declare -A NEED=([fp8]=240 [tests]=330 [quick]=120 [e5m2]=100 [promo]=220 [probe]=220 [rate]=30 [fp8p]=90 [twins]=180 [intervals]=90 [trace]=150 [ring]=200 [prefetch]=150)
+# the half-width promotion set's GPU cases (PSPLIT 2, nineteenth session) passed on this machine,
+# run now if no step has run them yet; a step leaves the PSPLIT picks out where they fail
+psplit_ok() {
+  grep -qxF "$PSPLIT_CASES" $PASSED 2>/dev/null && return 0
+  timeout -s INT $(cap 90) python3 -m pytest -q -x --timeout 60 -p no:cacheprovider \
+    tests/test_gpu_gemm_fp8.py -k "$PSPLIT_CASES" 2>&1 | tail -4
+  [ "${PIPESTATUS[0]}" = 0 ] || { echo "PSPLIT cases failed: its picks are left out"; return 1; }
+  echo "$PSPLIT_CASES" >> $PASSED
+}
+# FILE's picks without PSPLIT 2, written to OUT
+no_psplit() {
+  python3 -c "import json; json.dump([x for x in json.load(open('$1'))
+    if x['params'].get('PSPLIT', 1) == 1], open('$2', 'w'))"
+}
+declare -A NEED=([fp8]=240 [tests]=330 [quick]=120 [e5m2]=100 [promo]=220 [probe]=220 [rate]=30 [fp8p]=90 [twins]=180 [intervals]=150 [trace]=150 [ring]=200 [prefetch]=150)
 WEAK=1000x3000x1000,3000x5000x1000,1536x1536x1536,7000x9000x3000,3000x4000x4104
 while [ $# -gt 0 ]; do
   step=$1; shift
@@ -141,19 +156,7 @@ print(','.join(x for s in g.SHAPES if (x := 'x'.join(map(str, s[1:]))) not in sk
       else
         echo "$PP_CASES" >> $PASSED
       fi
-      # the half-width promotion set (PSPLIT 2, nineteenth session): its GPU cases, or its
-      # picks left out
-      if ! grep -qxF "$PSPLIT_CASES" $PASSED 2>/dev/null; then
-        timeout -s INT $(cap 90) python3 -m pytest -q -x --timeout 60 -p no:cacheprovider \
-          tests/test_gpu_gemm_fp8.py -k "$PSPLIT_CASES" 2>&1 | tail -4
-        if [ "${PIPESTATUS[0]}" = 0 ]; then echo "$PSPLIT_CASES" >> $PASSED
-        else
-          echo "PSPLIT cases failed: the final leaves the PSPLIT picks out"
-          python3 -c "import json; json.dump([x for x in json.load(open('$picks'))
-            if x['params'].get('PSPLIT', 1) == 1], open('/tmp/picks_np.json', 'w'))"
-          picks=/tmp/picks_np.json
-        fi
-      fi
+      if ! psplit_ok; then no_psplit $picks /tmp/picks_np.json; picks=/tmp/picks_np.json; fi
       timeout $(cap 300) python3 benchmarks/gemm_fp8.py --out "$OUT/fp8" --final --params $picks 2>&1 | tail -40
       echo "fp8 rc ${PIPESTATUS[0]}" ;;
     tests)
@@ -175,11 +178,7 @@ print(','.join(x for s in g.SHAPES if (x := 'x'.join(map(str, s[1:]))) not in sk
       # each promoted pick beside its fast twin (PROMOTE 0, one set; the same tile, stages,
       # cluster and schedule), per-tensor scales: what promotion itself costs at each tile,
       # apart from what the tile costs (the finalists' ours_ms, pick against twin)
-      # the half-width promotion set (PSPLIT 2) first verified on its GPU cases (its picks
-      # left out if they fail)
-      timeout -s INT $(cap 90) python3 -m pytest -q -x --timeout 60 -p no:cacheprovider \
-        tests/test_gpu_gemm_fp8.py -k "$PSPLIT_CASES" 2>&1 | tail -4
-      if [ "${PIPESTATUS[0]}" = 0 ]; then psplit=2; echo "$PSPLIT_CASES" >> $PASSED; else psplit=1; fi
+      if psplit_ok; then psplit=2; else psplit=1; fi
       python3 -c "import json
 p = [x for x in json.load(open('benchmarks/gemm_fp8_picks.json')) if x['size'][4] == 2
      and x['params'].get('PSPLIT', 1) <= $psplit]
@@ -193,8 +192,10 @@ json.dump(p + [t for i, t in enumerate(tw) if t not in tw[:i]], open('/tmp/picks
       # promotion every 1, 2 and 4 k-tiles and with two sets, at 128 x 128 and 128 x 144, beside
       # their fast twins (gemm_fp8_intervals.json), per-tensor: whether promotion's cost is its
       # additions (halved by P = 2) or its waits (hidden by two sets); finalists carry errors
-      timeout $(cap 120) python3 benchmarks/gemm_fp8.py --out "$OUT/intervals" --final --scalings 1 \
-        --params benchmarks/gemm_fp8_intervals.json 2>&1 | tail -8
+      picks=benchmarks/gemm_fp8_intervals.json
+      if ! psplit_ok; then no_psplit $picks /tmp/intervals_np.json; picks=/tmp/intervals_np.json; fi
+      timeout $(cap 140) python3 benchmarks/gemm_fp8.py --out "$OUT/intervals" --final --scalings 1 \
+        --params $picks 2>&1 | tail -8
       echo "intervals rc ${PIPESTATUS[0]}" ;;
     e5m2)
       picks_where "x['size'][4] == 1" /tmp/picks_e5m2.json

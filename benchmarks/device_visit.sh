@@ -6,7 +6,7 @@
 #                                       (merged into gemm_sweep_h200.json), the fp8 final over
 #                                       gemm_fp8_picks.json, the tensor pipe's rate (~585 s)
 #                                       another card: promotion intervals, then the fp8 final
-#                                       over every pick (~250 s)
+#                                       over every pick (~340 s)
 #   bash benchmarks/device_visit.sh 2   H200: every other shape of the sweep re-ported (~570 s)
 # Results under $OUT (sweep/, vendor/, fp8/, rate/, trace/); see device_runs.sh for each step.
 GPU=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)
@@ -20,10 +20,10 @@ case "$GPU" in
   *H200*) ;;
   *) # the twins (each promoted pick beside its fast twin) ran on an H100 in the nineteenth
      # session (gemm_fp8_twins_h100.json): another card runs the fp8 final over every pick,
-     # both scalings, the PSPLIT ones among them (~190 s), after the promotion intervals
-     # beside their fast twins (~60 s)
+     # both scalings, the PSPLIT ones among them (~200 s), after the half-width set's GPU
+     # cases and the promotion intervals beside their fast twins (~130 s)
      echo "not an H200: promotion intervals, then the fp8 final"
-     BUDGET_S=${BUDGET_S:-320} bash benchmarks/device_runs.sh intervals fp8
+     BUDGET_S=${BUDGET_S:-380} bash benchmarks/device_runs.sh intervals fp8
      exit 0 ;;
 esac
 if [ "${1:-1}" = 1 ]; then

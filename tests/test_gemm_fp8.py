@@ -90,6 +90,7 @@ CONFIGS = [
     {**BASE, "PROMOTE": 2, "PSPLIT": 2},
     {**BASE, "PROMOTE": 2, "PSPLIT": 2, "CLUSTER": 2, "STREAMK": 2},
     {**BASE, "BN": 192, "STAGES": 5, "PROMOTE": 4, "PSPLIT": 2},
+    {**BASE, "BN": 192, "STAGES": 5, "PROMOTE": 2, "PSPLIT": 2, "STREAMK": 1},
 ]
 
 
