@@ -47,7 +47,9 @@
 #                                                TRACE_PROBES=FILE traces FILE's configurations
 #                                                (gemm_trace_pingpong.json: ping-pong beside
 #                                                cooperative, how long a consumer's k-loop and
-#                                                the hand-over between the two take)
+#                                                the hand-over between the two take);
+#                                                TRACE_TEMPLATE=gemm_fp8 with
+#                                                gemm_trace_fp8.json: fp8's 128-wide tiles
 #   bash benchmarks/device_runs.sh rate          the tensor pipe's rate for each tile shape's
 #                                                k-loop alone and with loads (wgmma_rate.py, ~15 s)
 #   bash benchmarks/device_runs.sh ring          gemm_wgmma's EPI=5 (the epilogue staged in the
@@ -210,7 +212,8 @@ json.dump(p + [t for i, t in enumerate(tw) if t not in tw[:i]], open('/tmp/picks
       done ;;
     trace)
       timeout $(cap 180) python3 benchmarks/gemm_trace.py --out "$OUT/trace" \
-        --probes ${TRACE_PROBES:-benchmarks/gemm_trace_256.json} 2>&1 | tail -20
+        --probes ${TRACE_PROBES:-benchmarks/gemm_trace_256.json} \
+        --template ${TRACE_TEMPLATE:-gemm_wgmma} 2>&1 | tail -20
       echo "trace rc ${PIPESTATUS[0]}" ;;
     rate)
       timeout $(cap 90) python3 benchmarks/wgmma_rate.py --out "$OUT/rate" 2>&1 | tail -24

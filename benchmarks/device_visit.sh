@@ -5,8 +5,8 @@
 #                                       re-ported with cuBLAS's own kernels among the seeds
 #                                       (merged into gemm_sweep_h200.json), the fp8 final over
 #                                       gemm_fp8_picks.json, the tensor pipe's rate (~585 s)
-#                                       another card: promotion intervals, then the fp8 final
-#                                       over every pick (~340 s)
+#                                       another card: promotion intervals, fp8 timelines,
+#                                       the fp8 final over every pick (~400 s)
 #   bash benchmarks/device_visit.sh 2   H200: every other shape of the sweep re-ported (~570 s)
 # Results under $OUT (sweep/, vendor/, fp8/, rate/, trace/); see device_runs.sh for each step.
 GPU=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)
@@ -19,11 +19,13 @@ echo "test_gpu_gemm_fp8 and (PINGPONG or e5m2 or PSETS or BN160)" > /tmp/gpu_tes
 case "$GPU" in
   *H200*) ;;
   *) # the twins (each promoted pick beside its fast twin) ran on an H100 in the nineteenth
-     # session (gemm_fp8_twins_h100.json): another card runs the fp8 final over every pick,
-     # both scalings, the PSPLIT ones among them (~200 s), after the half-width set's GPU
-     # cases and the promotion intervals beside their fast twins (~130 s)
-     echo "not an H200: promotion intervals, then the fp8 final"
-     BUDGET_S=${BUDGET_S:-380} bash benchmarks/device_runs.sh intervals fp8
+     # session (gemm_fp8_twins_h100.json): another card runs the half-width set's GPU cases
+     # and the promotion intervals beside their fast twins (~130 s), gemm_fp8's timelines at
+     # 8192^3 (128-wide tiles against 128 x 256 / 192, ~60 s), then the fp8 final over every
+     # pick, both scalings (~200 s)
+     echo "not an H200: promotion intervals, fp8 timelines, the fp8 final"
+     TRACE_TEMPLATE=gemm_fp8 TRACE_PROBES=benchmarks/gemm_trace_fp8.json \
+       BUDGET_S=${BUDGET_S:-480} bash benchmarks/device_runs.sh intervals trace fp8
      exit 0 ;;
 esac
 if [ "${1:-1}" = 1 ]; then

@@ -79,14 +79,18 @@ PROBES: dict[str, list[dict]] = {
 
 
 def configs(probes, template: str = "gemm_wgmma") -> list[tuple[tuple[int, int, int], dict]]:
-    """(shape, configuration) for each probe: BASE under it, the template's defaults for the
-    parameters neither names, and any development macro (DEV_...) it names kept."""
+    """(shape, configuration) for each probe: BASE under it (those of its parameters the
+    template has: a copy of gemm_wgmma takes all, gemm_fp8 the ones it shares), the template's
+    defaults for the parameters neither names, and any development macro (DEV_...) it names
+    kept."""
     from porter.spec.template import find_template
-    complete = find_template(template).complete
+    tpl = find_template(template)
+    complete = tpl.complete
+    base = {k: v for k, v in BASE.items() if k in tpl.params}
     out = []
     for s, cs in probes.items():
         for c in cs:
-            named = {**BASE, **c}
+            named = {**base, **c}
             out.append((tuple(int(x) for x in s.split("x")), {**complete(named), **named}))
     return out
 

@@ -4,9 +4,12 @@ timeline (%globaltimer at its entry, first full stage, k-loop end, epilogue issu
 drained, exit) is read back; the untraced build is timed interleaved with cuBLAS in the same
 process for the figure the phases add up to. A development tool on a GPU machine:
 
-    python benchmarks/gemm_trace.py --out DIR --probes FILE.json
+    python benchmarks/gemm_trace.py --out DIR --probes FILE.json [--template gemm_fp8]
 
-FILE.json as gemm_probe.py's ({"MxNxK": [{param: value, ...}], ...}, BASE filling the rest).
+FILE.json as gemm_probe.py's ({"MxNxK": [{param: value, ...}], ...}, BASE filling the rest);
+with --template gemm_fp8 the sizes are MxNxKxSCALINGxACCUM, the template's defaults fill the
+rest and the baseline is torch._scaled_mm (gemm_fp8 stamps the same slots; its k-tile slots
+only in the loop without PSETS 2 or PSPLIT 2).
 Writes DIR/gemm_trace.json: `records`, one per (shape, configuration), with `gpu`, `shape`,
 `params`, `ours_ms`, `baseline_ms`, `ratio` (event-timed, untraced) and two timelines:
 `traced` (after an L2 flush, as timed) and `warm` (the launch right after it). Each has
@@ -89,6 +92,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--probes", required=True)
+    ap.add_argument("--template", default="gemm_wgmma")
     args = ap.parse_args(argv)
     import cupy as cp
     from porter.build.compile import compile_variant
@@ -97,14 +101,14 @@ def main(argv=None) -> int:
     from porter.spec.arch import get_arch
     from porter.spec.template import find_template
 
-    tpl = find_template("gemm_wgmma")
+    tpl = find_template(args.template)
     child = Child(dict(seed=123, min_repeats=10, max_repeats=200, target_ms=40.0))
     dev = child.device
     arch = get_arch("sm_90a").with_sms(int(dev.get("sms") or 132))
     op = make_op(tpl.op, str(tpl.folder))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    items = configs(json.loads(Path(args.probes).read_text()))
+    items = configs(json.loads(Path(args.probes).read_text()), tpl.name)
     # every build compiled up front in parallel (compile_variant's cache serves them below)
     with ProcessPoolExecutor(min(12, os.cpu_count() or 2)) as ex:
         list(ex.map(_compile, [(c, arch.sms, tpl.name) for _, cfg in items
@@ -141,7 +145,7 @@ def main(argv=None) -> int:
         rec.update(status="measured", ours_ms=ours, baseline_ms=base, ratio=base / ours,
                    grid=list(launch.grid), cluster=list(launch.cluster))
         print(f"{'x'.join(map(str, shape)):>16s} {rec['ratio']:.3f} ours {ours * 1e3:7.1f} us "
-              f"cublas {base * 1e3:7.1f} us {dict((k, v) for k, v in cfg.items() if v)}",
+              f"baseline {base * 1e3:7.1f} us {dict((k, v) for k, v in cfg.items() if v)}",
               flush=True)
         nctas = launch.grid[0] * launch.grid[1] * launch.grid[2]
         # traced: once after an L2 flush (as timed), once right after (code and data warm)

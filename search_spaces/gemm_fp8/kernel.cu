@@ -172,6 +172,7 @@ gemm_fp8(const uint8_t* __restrict__ A, const uint8_t* __restrict__ B, bf16_t* _
   // read from lane 0 so that ptxas knows it warp-uniform (the MMA descriptors stay uniform)
   const int wg = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0);
   const int tid = threadIdx.x % 128;
+  TRACE_START(threadIdx.x == 0);   // DEV_TRACE=1 only (hopper/trace.cuh, gemm_trace.py's slots)
 
   if (threadIdx.x == 0) {
     // every consumer warp of the cluster frees a stage (PINGPONG: those of the one reading it)
@@ -185,6 +186,7 @@ gemm_fp8(const uint8_t* __restrict__ A, const uint8_t* __restrict__ B, bf16_t* _
   __syncthreads();
   const uint32_t crank = 0;
 #endif
+  TRACE(threadIdx.x == 0, 16);   // barriers ready
 
   const int tiles_m = (M + BM * CLUSTER - 1) / (BM * CLUSTER);   // in cluster units
   const int tiles_n = (N + BN - 1) / BN;
@@ -219,13 +221,16 @@ gemm_fp8(const uint8_t* __restrict__ A, const uint8_t* __restrict__ B, bf16_t* _
 #else
           tma::load_2d(sB + st.stage * B_TILE_BYTES, &tmB, full, kt * BK, tn * BN);
 #endif
+          TRACE(it == 0, 1);   // the first stage's loads issued
         }
       }
+      TRACE(true, 14);         // every load issued
 #if CLUSTER > 1
       // every stage freed by every consumer of the cluster: nothing of the peers' reaches this
       // CTA any more, so it may leave without a cluster barrier (its consumers keep the CTA
       // while they store)
       ring.drain(it);
+      TRACE(true, 24);
 #endif
     }
   } else {
@@ -285,6 +290,9 @@ gemm_fp8(const uint8_t* __restrict__ A, const uint8_t* __restrict__ B, bf16_t* _
       sa[1] = row + 8 < M ? __ldg(scale_a + row + 8) : 0.f;
     };
     uint32_t it = 0;
+#if DEV_TRACE
+    int ntr = 0;   // items this consumer has finished
+#endif
 #if PINGPONG
     PingPong<3> turns;   // consumer c takes the CTA's tiles of parity c
 #endif
@@ -418,6 +426,11 @@ gemm_fp8(const uint8_t* __restrict__ A, const uint8_t* __restrict__ B, bf16_t* _
       for (int kt = w.kb; kt < w.ke; ++kt, ++it) {
         const auto st = Cursor<STAGES>::at(it);
         ring.wait(st);
+        TRACE(tid == 0 && kt == w.kb && c < 2 && ntr == 0, 2 + 3 * c);   // first data in
+        TRACE(tid == 0 && kt == w.kb && c == 0, 15);                     // (of its last item)
+        TRACE(tid == 0 && kt == w.kb + 1 && c == 0 && ntr == 0, 21);     // the second k-tile's
+        TRACE(tid == 0 && kt == w.kb + STAGES && c == 0 && ntr == 0, 22);  // first refill's
+        TRACE(tid == 0 && kt == w.ke - 1 && c == 0 && ntr == 0, 23);     // the last k-tile's
         wgmma::fence();
 #if PROMOTE
         // into the partial sums, the first MMA of an interval overwriting them; the previous
@@ -475,6 +488,8 @@ gemm_fp8(const uint8_t* __restrict__ A, const uint8_t* __restrict__ B, bf16_t* _
       fence_d();
       if (lane == 0) ring.release_cluster<CLUSTER>(prev);
 #endif
+      TRACE(tid == 0 && c < 2 && ntr == 0, 3 + 3 * c);   // k-loop done
+      TRACE(tid == 0 && c == 0, 8);                      // (its last item's)
 
 #if STREAMK
       const int parts = Sched::parts(w, ntiles, kt_n);
@@ -569,10 +584,22 @@ gemm_fp8(const uint8_t* __restrict__ A, const uint8_t* __restrict__ B, bf16_t* _
         else epi::store_cols<0, BN / 8>(acc[mt], C, row, col0, M, N);   // every column checked
       }
 #endif
+      TRACE(tid == 0 && c < 2 && ntr == 0, 4 + 3 * c);   // epilogue issued
+      TRACE(tid == 0 && c == 0, 9);                      // (its last item's)
+#if DEV_TRACE
+      ++ntr;
+#endif
     }
+#if DEV_TRACE
+    TRACE_VAL(tid == 0 && c == 0, 12, ntr);
+#endif
   }
 #if EPI == 3
   if (wg > 0 && tid == 0) tma::store_wait_all();   // the staging smem must outlive the stores
 #endif
+  TRACE(wg == 1 && tid == 0, 10);   // its stores done
+  TRACE(threadIdx.x == 0, 11);
+  TRACE_VAL(threadIdx.x == 0, 13, trace_smid());
+  TRACE_FLUSH(tid == 0);
   // (no cluster barrier at exit: the producer's drain above waited for the peers)
 }
