@@ -191,9 +191,10 @@ json.dump(p + [t for i, t in enumerate(tw) if t not in tw[:i]], open('/tmp/picks
         --params /tmp/picks_twins.json 2>&1 | tail -12
       echo "twins rc ${PIPESTATUS[0]}" ;;
     intervals)
-      # promotion every 1, 2 and 4 k-tiles and with two sets, at 128 x 128 and 128 x 144, beside
-      # their fast twins (gemm_fp8_intervals.json), per-tensor: whether promotion's cost is its
-      # additions (halved by P = 2) or its waits (hidden by two sets); finalists carry errors
+      # promotion every 1, 2 and 4 k-tiles and with two sets at 128 x 128 and 128 x 144, and
+      # the half-width set over 1 and 2 k-tiles at 128 x 192 and 128 x 256, beside their fast
+      # twins (gemm_fp8_intervals.json), per-tensor: whether promotion's cost is its additions
+      # (halved by P = 2) or its waits (hidden by two sets); the finalists carry their errors
       picks=benchmarks/gemm_fp8_intervals.json
       if ! psplit_ok; then no_psplit $picks /tmp/intervals_np.json; picks=/tmp/intervals_np.json; fi
       timeout $(cap 140) python3 benchmarks/gemm_fp8.py --out "$OUT/intervals" --final --scalings 1 \

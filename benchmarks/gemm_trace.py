@@ -7,9 +7,10 @@ process for the figure the phases add up to. A development tool on a GPU machine
     python benchmarks/gemm_trace.py --out DIR --probes FILE.json [--template gemm_fp8]
 
 FILE.json as gemm_probe.py's ({"MxNxK": [{param: value, ...}], ...}, BASE filling the rest);
-with --template gemm_fp8 the sizes are MxNxKxSCALINGxACCUM, the template's defaults fill the
-rest and the baseline is torch._scaled_mm (gemm_fp8 stamps the same slots; its k-tile slots
-only in the loop without PSETS 2 or PSPLIT 2).
+with --template gemm_fp8 the sizes are MxNxKxSCALINGxACCUM, BASE fills the parameters gemm_fp8
+shares with it (the same values as gemm_fp8's plain configuration), the template's defaults the
+rest, and the baseline is torch._scaled_mm of the same accumulation (gemm_fp8 stamps the same
+slots; its k-tile slots only in the loop without PSETS 2 or PSPLIT 2).
 Writes DIR/gemm_trace.json: `records`, one per (shape, configuration), with `gpu`, `shape`,
 `params`, `ours_ms`, `baseline_ms`, `ratio` (event-timed, untraced) and two timelines:
 `traced` (after an L2 flush, as timed) and `warm` (the launch right after it). Each has
