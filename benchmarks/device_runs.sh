@@ -180,10 +180,10 @@ print(','.join(x for s in g.SHAPES if (x := 'x'.join(map(str, s[1:]))) not in sk
       # each promoted pick beside its fast twin (PROMOTE 0, one set; the same tile, stages,
       # cluster and schedule), per-tensor scales: what promotion itself costs at each tile,
       # apart from what the tile costs (the finalists' ours_ms, pick against twin)
-      if psplit_ok; then psplit=2; else psplit=1; fi
+      picks=benchmarks/gemm_fp8_picks.json
+      if ! psplit_ok; then no_psplit $picks /tmp/picks_np.json; picks=/tmp/picks_np.json; fi
       python3 -c "import json
-p = [x for x in json.load(open('benchmarks/gemm_fp8_picks.json')) if x['size'][4] == 2
-     and x['params'].get('PSPLIT', 1) <= $psplit]
+p = [x for x in json.load(open('$picks')) if x['size'][4] == 2]
 tw = [{'size': x['size'][:4] + [1], 'params': {**{k: v for k, v in x['params'].items()
       if k not in ('PSETS', 'PSPLIT')}, 'PROMOTE': 0, 'ORDERED': 0}} for x in p]
 json.dump(p + [t for i, t in enumerate(tw) if t not in tw[:i]], open('/tmp/picks_twins.json', 'w'))"

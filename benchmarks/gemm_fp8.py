@@ -291,7 +291,7 @@ def do_final(r, out, picks, scalings=(1, 2)):
                 state["size"], state["fast"] = size, accum == 1
                 # a candidate is timed only once its output verified on these inputs (a wrong
                 # kernel can be fast): those that did not are listed in the record
-                ok, bad, errs = [], [], []
+                ok, bad = [], []
                 for c in (c for c in cands if r.feasible(c, size)):
                     try:
                         e = r.own_error(c, size, state)
@@ -300,12 +300,11 @@ def do_final(r, out, picks, scalings=(1, 2)):
                     if e is None or e > r.op.rtol:
                         bad.append({"params": c, "error": e})
                     else:
-                        ok.append(c)
-                        errs.append(e)
-                fin = [(side_by_side(r, c, size, state), c) for c in ok]
+                        ok.append((c, e))
+                fin = [(side_by_side(r, c, size, state), c, e) for c, e in ok]
                 if not fin:
                     continue
-                sel, cfg = max(fin, key=lambda f: f[0]["ratio"])
+                sel, cfg, _ = max(fin, key=lambda f: f[0]["ratio"])
                 # the best of several noisy timings is biased upwards: timed once more, and
                 # that confirmation is the figure
                 res = side_by_side(r, cfg, size, state)
@@ -321,7 +320,7 @@ def do_final(r, out, picks, scalings=(1, 2)):
                        "scaled_mm_ms": res["scaled_mm_ms"], "params": cfg,
                        "selection_ratio": sel["ratio"],
                        "finalists": [{"params": c, "ratio": f["ratio"], "ours_ms": f["ours_ms"],
-                                      "error": e} for (f, c), e in zip(fin, errs)],
+                                      "error": e} for f, c, e in fin],
                        "rejected": bad,
                        "error_ours": err["ours"],
                        "error_baseline": err["scaled_mm_fast" if accum == 1 else "scaled_mm"],

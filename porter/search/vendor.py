@@ -52,6 +52,11 @@ def nvjet_pingpong(name: str) -> bool | None:
     return "_coop" not in name
 
 
+def _first_nvjet(kernels: Iterable[str]) -> str | None:
+    """The first nvjet kernel among `kernels` (the one the seeds follow), or None."""
+    return next((k for k in kernels if nvjet_tile(k) is not None), None)
+
+
 def _fields(names: Mapping[str, str] | None) -> dict[str, str]:
     """The template's parameter for each nvjet field (`names`; None: each field's own name)."""
     return {f: f for f in DECODERS["nvjet"]} if names is None else dict(names)
@@ -72,9 +77,10 @@ def vendor_seed(kernels: Iterable[str], base: Mapping[str, Any],
     vendor's stages, or else the most that fit below them (the template's epilogue may take
     shared memory the vendor's does not), with one other parameter changed at most, then two
     (KEEP and the stages kept); else repaired keeping KEEP; else repaired."""
-    tile = next((t for k in kernels if (t := nvjet_tile(k)) is not None), None)
-    if tile is None:
+    name = _first_nvjet(kernels)
+    if name is None:
         return None
+    tile = nvjet_tile(name)
     if cluster is not None:
         tile = {**tile, "CLUSTER": cluster}
     rename = _fields(names)
@@ -117,8 +123,7 @@ def vendor_seeds(kernels: Iterable[str], base: Mapping[str, Any],
     cl, pp = rename.get("CLUSTER"), rename.get("PINGPONG")
     if first is not None:
         out.append(first)
-        name = next(k for k in kernels if nvjet_tile(k) is not None)
-        if pp and pp in first and nvjet_pingpong(name) and 1 in params.get(pp, ()) \
+        if pp and pp in first and nvjet_pingpong(_first_nvjet(kernels)) and 1 in params.get(pp, ()) \
                 and first[pp] != 1:
             turn = {**first, pp: 1}
             if feasible is not None:
